@@ -1,0 +1,44 @@
+"""Backend selection: ``cuda`` on NVIDIA GPUs, ``emulated`` everywhere else.
+
+The choice is made once per process, when ``iris`` is imported, because the
+emulation backend must switch Triton to its interpreter before any kernel is
+decorated with ``@triton.jit``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .base import Allocation, Backend
+
+_BACKENDS = ("cuda", "emulated")
+
+
+def choose_backend_name() -> str:
+    """Read ``IRIS_BACKEND`` or pick ``cuda`` when a GPU is visible, else ``emulated``."""
+    requested = os.environ.get("IRIS_BACKEND", "").strip().lower()
+    if requested and requested not in _BACKENDS:
+        raise ValueError(f"IRIS_BACKEND={requested!r} is not one of {', '.join(_BACKENDS)}")
+    if requested:
+        return requested
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return "emulated"
+    from .cuda_ipc import visible_gpu_count
+
+    return "cuda" if visible_gpu_count() > 0 else "emulated"
+
+
+def make_backend(name: str) -> Backend:
+    """Instantiate the backend called ``name``."""
+    if name == "cuda":
+        if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+            raise RuntimeError("IRIS_BACKEND=cuda cannot run with TRITON_INTERPRET=1")
+        from .cuda_ipc import CudaBackend
+
+        return CudaBackend()
+    from .emulated import EmulatedBackend
+
+    return EmulatedBackend()
+
+
+__all__ = ["Allocation", "Backend", "choose_backend_name", "make_backend"]

@@ -1,0 +1,80 @@
+"""The small interface that each way of running Iris implements.
+
+A backend knows how to give a rank one block of memory that other processes can
+map, how to map a peer's block, and what "the device" is. Everything above it
+(heap, host API, device API) is written once against this interface.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Allocation:
+    """One rank's heap memory as seen by its owner.
+
+    ``tensor`` is a flat ``uint8`` tensor over the whole heap, ``handle`` a picklable
+    token that peers pass to :meth:`Backend.map_peer`, and ``owner`` whatever the
+    backend must keep alive until :meth:`Backend.free`.
+    """
+
+    tensor: torch.Tensor
+    handle: Any
+    owner: Any
+
+
+class Backend(ABC):
+    """Memory, device and synchronisation primitives of one execution backend."""
+
+    #: Short name used by ``IRIS_BACKEND``.
+    name: str = ""
+    #: True when Triton kernels run under the Triton interpreter on the CPU.
+    interpreted: bool = False
+    #: torch.distributed backend for host-side coordination.
+    dist_backend: str = "gloo"
+
+    @abstractmethod
+    def device_count(self) -> int:
+        """Number of devices ranks on this host can use."""
+
+    @abstractmethod
+    def select_device(self, local_rank: int, local_world_size: int) -> torch.device:
+        """Pick and activate this rank's device, or raise if the host has too few."""
+
+    @abstractmethod
+    def multiprocessor_count(self, device: torch.device) -> int:
+        """Streaming multiprocessors (Iris: compute units) of ``device``."""
+
+    @abstractmethod
+    def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
+        """Allocate ``nbytes`` of shareable memory on ``device``."""
+
+    @abstractmethod
+    def map_peer(self, handle: Any, nbytes: int, device: torch.device) -> tuple[int, Any]:
+        """Map a peer's heap into this process; returns (address, keep-alive token)."""
+
+    def after_all_mapped(self, allocation: Allocation) -> None:  # noqa: B027 - optional hook
+        """Called once every peer has mapped this rank's heap."""
+
+    @abstractmethod
+    def unmap_peer(self, token: Any) -> None:
+        """Undo :meth:`map_peer`."""
+
+    @abstractmethod
+    def free(self, allocation: Allocation) -> None:
+        """Release this rank's own heap."""
+
+    @abstractmethod
+    def synchronize(self, device: torch.device, stream=None) -> None:
+        """Wait until queued device work (on ``stream`` or the whole device) is done."""
+
+    def accepts_device(self, requested: torch.device, heap_device: torch.device) -> bool:
+        """Whether a user's ``device=`` argument names this rank's heap device."""
+        if requested.type != heap_device.type:
+            return False
+        return requested.index is None or requested.index == heap_device.index

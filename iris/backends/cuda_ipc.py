@@ -1,0 +1,129 @@
+"""CUDA backend: one ``cudaMalloc`` heap per GPU, shared with peers through CUDA IPC.
+
+Memory comes straight from the CUDA runtime (not PyTorch's caching allocator) so
+the heap is exactly one allocation whose IPC handle maps from its first byte.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import torch
+
+from .base import Allocation, Backend
+
+
+def _runtime():
+    try:
+        from cuda.bindings import runtime
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise ImportError(
+            "iris: the CUDA backend needs NVIDIA's cuda-bindings (pip install 'cuda-bindings')"
+        ) from exc
+    return runtime
+
+
+def _check(result, what: str):
+    """Unpack a cuda-bindings result tuple, raising on any error code."""
+    runtime = _runtime()
+    err, *values = result
+    if err != runtime.cudaError_t.cudaSuccess:
+        _, name = runtime.cudaGetErrorName(err)
+        raise RuntimeError(f"iris: {what} failed with {name.decode()}")
+    return values[0] if len(values) == 1 else values
+
+
+_IPC_HANDLE_BYTES = 64
+_PAGE = 2 << 20
+
+
+def _handle_to_bytes(handle) -> bytes:
+    # Some cuda-bindings releases expose the 64-byte handle only as raw struct memory.
+    return ctypes.string_at(handle.getPtr(), _IPC_HANDLE_BYTES)
+
+
+def _handle_from_bytes(data: bytes):
+    handle = _runtime().cudaIpcMemHandle_t()
+    ctypes.memmove(handle.getPtr(), data, _IPC_HANDLE_BYTES)
+    return handle
+
+
+class _DeviceBuffer:
+    """Exposes a raw device pointer to torch through ``__cuda_array_interface__``."""
+
+    def __init__(self, address: int, nbytes: int):
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (address, False),
+            "version": 3,
+            "strides": None,
+        }
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    interpreted = False
+    dist_backend = "nccl"
+
+    def device_count(self) -> int:
+        return torch.cuda.device_count()
+
+    def select_device(self, local_rank: int, local_world_size: int) -> torch.device:
+        count = self.device_count()
+        if count == 0:
+            raise RuntimeError("iris: IRIS_BACKEND=cuda but no CUDA GPU is visible")
+        if local_world_size > count:
+            raise RuntimeError(
+                f"iris: {local_world_size} ranks on this host but only {count} GPU(s); "
+                "start at most one rank per GPU"
+            )
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        _check(_runtime().cudaSetDevice(local_rank), "cudaSetDevice")
+        return device
+
+    def multiprocessor_count(self, device: torch.device) -> int:
+        return torch.cuda.get_device_properties(device).multi_processor_count
+
+    def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
+        runtime = _runtime()
+        # Whole 2 MiB pages: the allocation is never sub-allocated, so its IPC handle
+        # maps from the heap's first byte and every base is page aligned.
+        padded = -(-nbytes // _PAGE) * _PAGE
+        address = int(_check(runtime.cudaMalloc(padded), f"cudaMalloc({padded} bytes)"))
+        handle = _check(runtime.cudaIpcGetMemHandle(address), "cudaIpcGetMemHandle")
+        tensor = torch.as_tensor(_DeviceBuffer(address, nbytes), device=device)
+        return Allocation(tensor=tensor, handle=_handle_to_bytes(handle), owner=address)
+
+    def map_peer(self, handle, nbytes: int, device: torch.device):
+        runtime = _runtime()
+        ipc_handle = _handle_from_bytes(handle)
+        address = int(
+            _check(
+                runtime.cudaIpcOpenMemHandle(ipc_handle, runtime.cudaIpcMemLazyEnablePeerAccess),
+                "cudaIpcOpenMemHandle",
+            )
+        )
+        return address, address
+
+    def unmap_peer(self, token) -> None:
+        _check(_runtime().cudaIpcCloseMemHandle(token), "cudaIpcCloseMemHandle")
+
+    def free(self, allocation: Allocation) -> None:
+        torch.cuda.synchronize()
+        _check(_runtime().cudaFree(allocation.owner), "cudaFree")
+
+    def synchronize(self, device: torch.device, stream=None) -> None:
+        if stream is None:
+            torch.cuda.synchronize(device)
+        else:
+            stream.synchronize()
+
+
+def visible_gpu_count() -> int:
+    """GPUs this process may use, without creating a CUDA context."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -1,0 +1,90 @@
+"""Emulation backend: ranks are CPU processes, heaps are shared-memory files.
+
+Every rank creates one file of ``heap_size`` bytes, maps it, and maps every
+peer's file too, so a raw address into any rank's heap is valid in every
+process. Kernels run under the Triton interpreter, which dereferences those raw
+addresses, so the same RMA kernels that run on GPUs run here unchanged.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+
+import torch
+
+from .base import Allocation, Backend
+
+#: SMs reported by ``get_cu_count()``; tracing maps program ids onto them.
+DEFAULT_VIRTUAL_SMS = 8
+
+
+def _shm_dir() -> str:
+    configured = os.environ.get("IRIS_EMU_SHM_DIR")
+    if configured:
+        return configured
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+def _map_file(path: str, nbytes: int, create: bool) -> tuple[mmap.mmap, torch.Tensor]:
+    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        if create:
+            os.ftruncate(fd, nbytes)
+        elif os.fstat(fd).st_size != nbytes:
+            raise RuntimeError(
+                f"iris (emulated): peer heap {path} has {os.fstat(fd).st_size} bytes, expected {nbytes}"
+            )
+        region = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    # torch.frombuffer keeps the mmap alive for as long as any view of the heap exists,
+    # so dropping Iris's own reference can never leave a dangling pointer.
+    return region, torch.frombuffer(region, dtype=torch.uint8)
+
+
+class EmulatedBackend(Backend):
+    name = "emulated"
+    interpreted = True
+    dist_backend = "gloo"
+
+    def device_count(self) -> int:
+        return os.cpu_count() or 1
+
+    def select_device(self, local_rank: int, local_world_size: int) -> torch.device:
+        return torch.device("cpu")
+
+    def multiprocessor_count(self, device: torch.device) -> int:
+        return int(os.environ.get("IRIS_EMU_NUM_SMS", DEFAULT_VIRTUAL_SMS))
+
+    def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
+        path = os.path.join(_shm_dir(), f"iris-{tag}")
+        region, tensor = _map_file(path, nbytes, create=True)
+        return Allocation(tensor=tensor, handle=path, owner=[region, path])
+
+    def map_peer(self, handle, nbytes: int, device: torch.device):
+        region, tensor = _map_file(handle, nbytes, create=False)
+        return tensor.data_ptr(), tensor
+
+    def after_all_mapped(self, allocation: Allocation) -> None:
+        # Every peer holds its own mapping now; removing the name means nothing is
+        # left behind in /dev/shm even if a rank is killed later.
+        path = allocation.owner[1]
+        if os.path.exists(path):
+            os.unlink(path)
+
+    def unmap_peer(self, token) -> None:
+        pass  # the mapping goes away with the last tensor that references it
+
+    def free(self, allocation: Allocation) -> None:
+        self.after_all_mapped(allocation)
+        allocation.owner.clear()
+
+    def synchronize(self, device: torch.device, stream=None) -> None:
+        pass  # the interpreter runs kernels synchronously
+
+    def accepts_device(self, requested: torch.device, heap_device: torch.device) -> bool:
+        # Code written for GPUs says device="cuda"; here the CPU stands in for the GPU.
+        return requested.type in ("cpu", "cuda")

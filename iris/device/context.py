@@ -1,0 +1,231 @@
+"""``DeviceContext``: the object-style device API, built from one context tensor.
+
+The context tensor (``Iris.get_device_context()``, int64) is laid out as::
+
+    [cur_rank, world_size, heap_base_0 .. heap_base_{n-1}, heap_size,
+     trace_enabled, max_events, <tracing counters and buffer pointers>]
+
+``heap_bases`` handed to the functional API is a view of the ``heap_base_*``
+slots, so ``heap_bases[-1]`` is the world size and ``heap_bases[world_size]`` the
+heap size; the debug checks in ``iris.device.rma`` rely on that.
+
+Example:
+    >>> @triton.jit
+    >>> def kernel(context, buf, rank: tl.constexpr, world_size: tl.constexpr):
+    >>>     ctx = DeviceContext.initialize(context, rank, world_size)
+    >>>     data = ctx.load(buf + offs, from_rank=(rank + 1) % world_size)
+"""
+
+import triton
+import triton.language as tl
+from triton.runtime.jit import constexpr_function
+
+from ..config import BACKEND
+from . import rma
+
+#: Slots before the heap bases.
+HEADER_SLOTS = 2
+#: Slots the tracing issue fills (trace_enabled, max_events, 2 counters, 13 buffers), zero when off.
+TRACING_SLOTS = 17
+
+
+def context_length(world_size: int) -> int:
+    """Number of int64 slots in the context tensor of a ``world_size``-rank job."""
+    return HEADER_SLOTS + world_size + 1 + TRACING_SLOTS
+
+
+def _aggregate(cls):
+    """``triton.language.core._aggregate`` that also works under the interpreter.
+
+    Triton attaches only ``JITFunction`` members to aggregates; under
+    ``TRITON_INTERPRET=1`` methods are ``InterpretedFunction`` objects, so they
+    are attached here.
+    """
+    value_cls = tl.core._aggregate(cls)
+    if BACKEND == "emulated":
+        for name, member in vars(cls).items():
+            if isinstance(member, staticmethod):
+                setattr(value_cls, name, member)
+            elif callable(member) and not name.startswith("__"):
+                setattr(value_cls, name, _as_method(member))
+    return value_cls
+
+
+def _as_method(interpreted):
+    def method(self, *args, **kwargs):
+        return interpreted(self, *args, **kwargs)
+
+    return method
+
+
+@_aggregate
+class DeviceContext:
+    """This rank's view of the symmetric heaps, with the RMA ops as methods."""
+
+    rank: tl.tensor
+    world_size: tl.tensor
+    heap_bases: tl.tensor
+
+    @constexpr_function
+    def __init__(self, rank, world_size, heap_bases):
+        self.rank = rank
+        self.world_size = world_size
+        self.heap_bases = heap_bases
+
+    @staticmethod
+    @triton.jit
+    def initialize(context_tensor, rank, world_size):
+        """Build the context from ``Iris.get_device_context()`` inside a kernel."""
+        return DeviceContext(tl.cast(rank, tl.int32), tl.cast(world_size, tl.int32), context_tensor + 2)
+
+    @triton.jit
+    def load(self, pointer, from_rank, mask=None, other=None):
+        """Load from ``from_rank``'s copy of ``pointer``."""
+        return rma.load(pointer, self.rank, from_rank, self.heap_bases, mask, other)
+
+    @triton.jit
+    def store(self, pointer, value, to_rank, mask=None):
+        """Store ``value`` into ``to_rank``'s copy of ``pointer``."""
+        rma.store(pointer, value, self.rank, to_rank, self.heap_bases, mask)
+
+    @triton.jit
+    def get(self, from_ptr, to_ptr, from_rank, mask=None):
+        """Copy ``from_rank``'s ``from_ptr`` into this rank's ``to_ptr``."""
+        rma.get(from_ptr, to_ptr, from_rank, self.rank, self.heap_bases, mask)
+
+    @triton.jit
+    def put(self, from_ptr, to_ptr, to_rank, mask=None):
+        """Copy this rank's ``from_ptr`` into ``to_rank``'s ``to_ptr``."""
+        rma.put(from_ptr, to_ptr, self.rank, to_rank, self.heap_bases, mask)
+
+    @triton.jit
+    def copy(self, src_ptr, dst_ptr, from_rank, to_rank, mask=None):
+        """Copy ``from_rank``'s ``src_ptr`` into ``to_rank``'s ``dst_ptr``."""
+        rma.copy(src_ptr, dst_ptr, from_rank, to_rank, self.rank, self.heap_bases, mask)
+
+    @triton.jit
+    def atomic_add(
+        self,
+        pointer,
+        val,
+        to_rank,
+        mask=None,
+        sem: tl.constexpr = tl.constexpr("acq_rel"),
+        scope: tl.constexpr = tl.constexpr("sys"),
+    ):
+        """Atomic add on ``to_rank``'s copy of ``pointer``; returns the old value."""
+        return rma.atomic_add(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_sub(
+        self,
+        pointer,
+        val,
+        to_rank,
+        mask=None,
+        sem: tl.constexpr = tl.constexpr("acq_rel"),
+        scope: tl.constexpr = tl.constexpr("sys"),
+    ):
+        """Atomic subtract on ``to_rank``'s copy of ``pointer``; returns the old value."""
+        return rma.atomic_sub(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_xchg(
+        self,
+        pointer,
+        val,
+        to_rank,
+        mask=None,
+        sem: tl.constexpr = tl.constexpr("acq_rel"),
+        scope: tl.constexpr = tl.constexpr("sys"),
+    ):
+        """Atomic exchange on ``to_rank``'s copy of ``pointer``; returns the old value."""
+        return rma.atomic_xchg(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_xor(
+        self,
+        pointer,
+        val,
+        to_rank,
+        mask=None,
+        sem: tl.constexpr = tl.constexpr("acq_rel"),
+        scope: tl.constexpr = tl.constexpr("sys"),
+    ):
+        """Atomic xor on ``to_rank``'s copy of ``pointer``; returns the old value."""
+        return rma.atomic_xor(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_and(
+        self,
+        pointer,
+        val,
+        to_rank,
+        mask=None,
+        sem: tl.constexpr = tl.constexpr("acq_rel"),
+        scope: tl.constexpr = tl.constexpr("sys"),
+    ):
+        """Atomic and on ``to_rank``'s copy of ``pointer``; returns the old value."""
+        return rma.atomic_and(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_or(
+        self,
+        pointer,
+        val,
+        to_rank,
+        mask=None,
+        sem: tl.constexpr = tl.constexpr("acq_rel"),
+        scope: tl.constexpr = tl.constexpr("sys"),
+    ):
+        """Atomic or on ``to_rank``'s copy of ``pointer``; returns the old value."""
+        return rma.atomic_or(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_min(
+        self,
+        pointer,
+        val,
+        to_rank,
+        mask=None,
+        sem: tl.constexpr = tl.constexpr("acq_rel"),
+        scope: tl.constexpr = tl.constexpr("sys"),
+    ):
+        """Atomic min on ``to_rank``'s copy of ``pointer``; returns the old value."""
+        return rma.atomic_min(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_max(
+        self,
+        pointer,
+        val,
+        to_rank,
+        mask=None,
+        sem: tl.constexpr = tl.constexpr("acq_rel"),
+        scope: tl.constexpr = tl.constexpr("sys"),
+    ):
+        """Atomic max on ``to_rank``'s copy of ``pointer``; returns the old value."""
+        return rma.atomic_max(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_cas(
+        self,
+        pointer,
+        cmp,
+        val,
+        to_rank,
+        sem: tl.constexpr = tl.constexpr("acq_rel"),
+        scope: tl.constexpr = tl.constexpr("sys"),
+    ):
+        """Compare-and-swap on ``to_rank``'s copy of ``pointer``; returns the old value."""
+        return rma.atomic_cas(pointer, cmp, val, self.rank, to_rank, self.heap_bases, sem, scope)
+
+    @triton.jit
+    def signal(self, pointer, value, to_rank, op: tl.constexpr = tl.constexpr("set")):
+        """Set or add to ``to_rank``'s flag after this program's earlier writes."""
+        rma.signal(pointer, value, self.rank, to_rank, self.heap_bases, op)
+
+    @triton.jit
+    def wait_until(self, pointer, cmp: tl.constexpr, value):
+        """Spin until this rank's flag satisfies ``flag <cmp> value``; returns the flag."""
+        return rma.wait_until(pointer, cmp, value)

@@ -1,0 +1,374 @@
+"""Remote memory access from Triton kernels: Iris's functional device API.
+
+Every op takes a pointer into the *calling* rank's symmetric heap and the rank
+whose heap it should touch. Because all ranks allocate identically, the remote
+address is ``ptr - heap_bases[local] + heap_bases[remote]``; ``heap_bases`` holds
+each rank's heap as mapped in this process (``Iris.get_heap_bases()``).
+
+Argument order follows Iris: ``load(ptr, to_rank, from_rank, ...)`` reads
+``from_rank``'s memory into ``to_rank`` (the caller); ``store(ptr, value,
+from_rank, to_rank, ...)`` writes from ``from_rank`` (the caller) into ``to_rank``.
+
+Memory model (see docs/memory_model.md): plain loads and stores are weak;
+atomics default to ``sem="acq_rel"``, ``scope="sys"`` so they are coherent and
+ordered across GPUs; ``signal`` is a release at system scope issued after a
+CTA barrier, and ``wait_until`` an acquire followed by a CTA barrier, so data
+written before a signal is visible after the matching wait.
+"""
+
+import triton
+import triton.language as tl
+
+from ..config import DEBUG as _DEBUG
+from . import intrinsics as hw
+
+DEBUG: tl.constexpr = tl.constexpr(_DEBUG)
+#: Heap bases are at least this aligned, so translation keeps vector widths.
+HEAP_BASE_ALIGNMENT: tl.constexpr = tl.constexpr(4096)
+
+
+@triton.jit
+def _check_rank(rank, heap_bases, op: tl.constexpr):
+    # heap_bases[-1] holds the world size (see iris.context for the layout).
+    world_size = tl.load(heap_bases - 1).to(tl.int64, bitcast=True)
+    rank64 = tl.cast(rank, tl.int64)
+    hw.device_check((rank64 >= 0) & (rank64 < world_size), op + ": rank out of range")
+
+
+@triton.jit
+def _check_in_heap(ptr, local_rank, heap_bases, mask, op: tl.constexpr):
+    world_size = tl.load(heap_bases - 1).to(tl.int64, bitcast=True)
+    heap_size = tl.load(heap_bases + world_size).to(tl.int64, bitcast=True)
+    local_base = tl.load(heap_bases + local_rank).to(tl.int64, bitcast=True)
+    offset = ptr.to(tl.int64) - local_base
+    inside = (offset >= 0) & (offset < heap_size)
+    if mask is not None:
+        inside = inside | (mask == 0)
+    hw.device_check(inside, op + ": pointer is outside the symmetric heap")
+
+
+@triton.jit
+def translate(
+    ptr, local_rank, remote_rank, heap_bases, mask=None, op: tl.constexpr = tl.constexpr("iris.translate")
+):
+    """Map ``ptr`` (in ``local_rank``'s heap) to the same object in ``remote_rank``'s heap.
+
+    Example:
+        >>> remote = iris.translate(buf + offs, rank, peer, heap_bases)
+        >>> tl.store(remote, values)
+    """
+    if DEBUG:
+        _check_rank(local_rank, heap_bases, op)
+        _check_rank(remote_rank, heap_bases, op)
+        _check_in_heap(ptr, local_rank, heap_bases, mask, op)
+    local_base = tl.load(heap_bases + local_rank).to(tl.int64, bitcast=True)
+    remote_base = tl.load(heap_bases + remote_rank).to(tl.int64, bitcast=True)
+    # Both bases are page aligned, so the distance keeps the pointer's alignment
+    # and Triton still emits 16-byte vector accesses after translation.
+    distance = tl.multiple_of(remote_base - local_base, HEAP_BASE_ALIGNMENT)
+    byte_ptr = ptr.to(tl.pointer_type(tl.int8), bitcast=True)
+    return (byte_ptr + distance).to(ptr.dtype, bitcast=True)
+
+
+@triton.jit
+def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None):
+    """Load from ``from_rank``'s heap at the address ``pointer`` has in ``to_rank`` (the caller).
+
+    Example:
+        >>> data = iris.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n)
+    """
+    remote = translate(pointer, to_rank, from_rank, heap_bases, mask, "iris.load")
+    return tl.load(remote, mask=mask, other=other)
+
+
+@triton.jit
+def store(pointer, value, from_rank, to_rank, heap_bases, mask=None):
+    """Store ``value`` into ``to_rank``'s heap at the address ``pointer`` has in ``from_rank`` (the caller).
+
+    Example:
+        >>> iris.store(buf + offs, values, cur_rank, peer, heap_bases, mask=offs < n)
+    """
+    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.store")
+    tl.store(remote, value, mask=mask)
+
+
+@triton.jit
+def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
+    """Copy from ``from_rank``'s heap (at ``from_ptr``) into the caller's (``to_rank``) ``to_ptr``.
+
+    Example:
+        >>> iris.get(src + offs, dst + offs, peer, cur_rank, heap_bases, mask=offs < n)
+    """
+    remote = translate(from_ptr, to_rank, from_rank, heap_bases, mask, "iris.get")
+    tl.store(to_ptr, tl.load(remote, mask=mask), mask=mask)
+
+
+@triton.jit
+def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
+    """Copy the caller's (``from_rank``) ``from_ptr`` into ``to_rank``'s heap at ``to_ptr``.
+
+    Example:
+        >>> iris.put(src + offs, dst + offs, cur_rank, peer, heap_bases, mask=offs < n)
+    """
+    remote = translate(to_ptr, from_rank, to_rank, heap_bases, mask, "iris.put")
+    tl.store(remote, tl.load(from_ptr, mask=mask), mask=mask)
+
+
+@triton.jit
+def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None):
+    """Copy ``from_rank``'s ``src_ptr`` to ``to_rank``'s ``dst_ptr``; both pointers are ``cur_rank``'s.
+
+    Example:
+        >>> iris.copy(src + offs, dst + offs, peer_a, peer_b, cur_rank, heap_bases)
+    """
+    source = translate(src_ptr, cur_rank, from_rank, heap_bases, mask, "iris.copy")
+    target = translate(dst_ptr, cur_rank, to_rank, heap_bases, mask, "iris.copy")
+    tl.store(target, tl.load(source, mask=mask), mask=mask)
+
+
+@triton.jit
+def atomic_add(
+    pointer,
+    val,
+    from_rank,
+    to_rank,
+    heap_bases,
+    mask=None,
+    sem: tl.constexpr = tl.constexpr("acq_rel"),
+    scope: tl.constexpr = tl.constexpr("sys"),
+):
+    """Atomically add ``val`` at ``to_rank``'s copy of ``pointer``; returns the old value.
+
+    Example:
+        >>> old = iris.atomic_add(counter, 1, cur_rank, peer, heap_bases)
+    """
+    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_add")
+    return tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_sub(
+    pointer,
+    val,
+    from_rank,
+    to_rank,
+    heap_bases,
+    mask=None,
+    sem: tl.constexpr = tl.constexpr("acq_rel"),
+    scope: tl.constexpr = tl.constexpr("sys"),
+):
+    """Atomically subtract ``val`` at ``to_rank``'s copy of ``pointer``; returns the old value.
+
+    Example:
+        >>> old = iris.atomic_sub(counter, 1, cur_rank, peer, heap_bases)
+    """
+    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_sub")
+    return tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_xchg(
+    pointer,
+    val,
+    from_rank,
+    to_rank,
+    heap_bases,
+    mask=None,
+    sem: tl.constexpr = tl.constexpr("acq_rel"),
+    scope: tl.constexpr = tl.constexpr("sys"),
+):
+    """Atomically swap in ``val`` at ``to_rank``'s copy of ``pointer``; returns the old value.
+
+    Example:
+        >>> old = iris.atomic_xchg(slot, 7, cur_rank, peer, heap_bases)
+    """
+    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_xchg")
+    return tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_xor(
+    pointer,
+    val,
+    from_rank,
+    to_rank,
+    heap_bases,
+    mask=None,
+    sem: tl.constexpr = tl.constexpr("acq_rel"),
+    scope: tl.constexpr = tl.constexpr("sys"),
+):
+    """Atomic bitwise xor at ``to_rank``'s copy of ``pointer``; returns the old value.
+
+    Example:
+        >>> old = iris.atomic_xor(bits, 0b1010, cur_rank, peer, heap_bases)
+    """
+    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_xor")
+    return tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_and(
+    pointer,
+    val,
+    from_rank,
+    to_rank,
+    heap_bases,
+    mask=None,
+    sem: tl.constexpr = tl.constexpr("acq_rel"),
+    scope: tl.constexpr = tl.constexpr("sys"),
+):
+    """Atomic bitwise and at ``to_rank``'s copy of ``pointer``; returns the old value.
+
+    Example:
+        >>> old = iris.atomic_and(bits, 0xF0, cur_rank, peer, heap_bases)
+    """
+    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_and")
+    return tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_or(
+    pointer,
+    val,
+    from_rank,
+    to_rank,
+    heap_bases,
+    mask=None,
+    sem: tl.constexpr = tl.constexpr("acq_rel"),
+    scope: tl.constexpr = tl.constexpr("sys"),
+):
+    """Atomic bitwise or at ``to_rank``'s copy of ``pointer``; returns the old value.
+
+    Example:
+        >>> old = iris.atomic_or(bits, 1 << cur_rank, cur_rank, peer, heap_bases)
+    """
+    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_or")
+    return tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_min(
+    pointer,
+    val,
+    from_rank,
+    to_rank,
+    heap_bases,
+    mask=None,
+    sem: tl.constexpr = tl.constexpr("acq_rel"),
+    scope: tl.constexpr = tl.constexpr("sys"),
+):
+    """Atomic minimum at ``to_rank``'s copy of ``pointer``; returns the old value.
+
+    Example:
+        >>> old = iris.atomic_min(best, candidate, cur_rank, 0, heap_bases)
+    """
+    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_min")
+    return tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_max(
+    pointer,
+    val,
+    from_rank,
+    to_rank,
+    heap_bases,
+    mask=None,
+    sem: tl.constexpr = tl.constexpr("acq_rel"),
+    scope: tl.constexpr = tl.constexpr("sys"),
+):
+    """Atomic maximum at ``to_rank``'s copy of ``pointer``; returns the old value.
+
+    Example:
+        >>> old = iris.atomic_max(best, candidate, cur_rank, 0, heap_bases)
+    """
+    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_max")
+    return tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_cas(
+    pointer,
+    cmp,
+    val,
+    from_rank,
+    to_rank,
+    heap_bases,
+    sem: tl.constexpr = tl.constexpr("acq_rel"),
+    scope: tl.constexpr = tl.constexpr("sys"),
+):
+    """Compare-and-swap at ``to_rank``'s copy of ``pointer``; returns the old value.
+
+    Example:
+        >>> old = iris.atomic_cas(lock, 0, 1, cur_rank, peer, heap_bases)
+    """
+    remote = translate(pointer, from_rank, to_rank, heap_bases, None, "iris.atomic_cas")
+    return tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
+
+
+@triton.jit
+def signal(
+    pointer,
+    value,
+    from_rank,
+    to_rank,
+    heap_bases,
+    op: tl.constexpr = tl.constexpr("set"),
+    scope: tl.constexpr = tl.constexpr("sys"),
+):
+    """Set (``op="set"``) or add to (``op="add"``) a flag on ``to_rank``, after this program's writes.
+
+    Everything this program stored before the call (to any rank) is visible to a
+    thread that observes the new flag value with :func:`wait_until`.
+
+    Example:
+        >>> iris.put(src + offs, dst + offs, cur_rank, peer, heap_bases)
+        >>> iris.signal(flag, 1, cur_rank, peer, heap_bases)
+    """
+    tl.static_assert(op == "set" or op == "add", "signal op must be 'set' or 'add'")
+    remote = translate(pointer, from_rank, to_rank, heap_bases, None, "iris.signal")
+    # The barrier makes every thread's earlier stores precede the release below.
+    tl.debug_barrier()
+    if op == "set":
+        tl.atomic_xchg(remote, value, sem="release", scope=scope)
+    else:
+        tl.atomic_add(remote, value, sem="release", scope=scope)
+
+
+@triton.jit
+def _satisfied(seen, cmp: tl.constexpr, value):
+    if cmp == "eq":
+        result = seen == value
+    elif cmp == "ne":
+        result = seen != value
+    elif cmp == "gt":
+        result = seen > value
+    elif cmp == "ge":
+        result = seen >= value
+    elif cmp == "lt":
+        result = seen < value
+    else:
+        tl.static_assert(cmp == "le", "cmp must be one of eq, ne, gt, ge, lt, le")
+        result = seen <= value
+    return result
+
+
+@triton.jit
+def wait_until(pointer, cmp: tl.constexpr, value, scope: tl.constexpr = tl.constexpr("sys")):
+    """Spin until the local flag at ``pointer`` satisfies ``flag <cmp> value``; returns the flag.
+
+    ``cmp`` is one of ``"eq"``, ``"ne"``, ``"gt"``, ``"ge"``, ``"lt"``, ``"le"``. The
+    read is an acquire, followed by a CTA barrier, so everything the signalling
+    rank wrote before its :func:`signal` is visible to the whole program afterwards.
+
+    Example:
+        >>> iris.wait_until(flag, "ge", round + 1)
+        >>> data = tl.load(buf + offs)
+    """
+    start = hw.spin_start()
+    seen = hw.load_acquire(pointer, scope)
+    while not _satisfied(seen, cmp, value):
+        hw.spin_check(start, pointer, seen, value, "iris.wait_until")
+        seen = hw.load_acquire(pointer, scope)
+    tl.debug_barrier()
+    return seen

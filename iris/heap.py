@@ -1,0 +1,146 @@
+"""The symmetric heap: one equally sized block per rank, every block mapped everywhere.
+
+Allocation is a bump allocator over the local block. Because every rank makes
+the same allocations in the same order, an object lives at the same offset in
+every rank's heap, so a device kernel reaches a peer's copy by swapping the
+heap base (see ``iris.device.rma``).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import torch
+
+from .backends import Backend
+from .distributed import Communicator
+
+#: Every allocation starts on this boundary (bytes): wide vector loads stay legal.
+ALIGNMENT = 256
+#: Heap bases must be this aligned; device-side translation relies on it (rma.HEAP_BASE_ALIGNMENT).
+BASE_ALIGNMENT = 4096
+
+
+def _start_address(tensor: torch.Tensor) -> int:
+    # data_ptr() is 0 for empty tensors; the storage still knows where the view starts.
+    return tensor.untyped_storage().data_ptr() + tensor.storage_offset() * tensor.element_size()
+
+
+def _span_bytes(tensor: torch.Tensor) -> int:
+    """Bytes between a tensor's first and one-past-last element, strides included."""
+    if tensor.numel() == 0:
+        return 0
+    last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    return (last + 1) * tensor.element_size()
+
+
+class SymmetricHeap:
+    """This rank's heap plus the mapped addresses of every peer's heap.
+
+    Created collectively: every rank must construct it with the same ``heap_size``.
+
+    Example:
+        >>> heap = SymmetricHeap(1 << 20, backend, comm, device)
+        >>> x = heap.allocate((256,), torch.float32)
+        >>> heap.offset_of(x)
+        0
+    """
+
+    def __init__(self, heap_size: int, backend: Backend, comm: Communicator, device: torch.device):
+        # Gather before validating, so a bad value on one rank fails every rank
+        # with the same message instead of leaving the others waiting.
+        sizes = comm.all_gather_object(heap_size)
+        for rank, size in enumerate(sizes):
+            if isinstance(size, bool) or not isinstance(size, int):
+                raise TypeError(
+                    f"iris: heap_size must be an int number of bytes, got {size!r} on rank {rank}"
+                )
+            if size <= 0:
+                raise ValueError(f"iris: heap_size must be positive, got {size} on rank {rank}")
+        if len(set(sizes)) != 1:
+            per_rank = ", ".join(f"rank {r}: {s}" for r, s in enumerate(sizes))
+            raise ValueError(f"iris: heap_size must be the same on every rank ({per_rank})")
+
+        self.size = heap_size
+        self.device = device
+        self.rank = comm.rank
+        self._backend = backend
+        session = comm.broadcast_object(uuid.uuid4().hex[:12] if comm.rank == 0 else None, src=0)
+        self._allocation = backend.allocate(heap_size, device, tag=f"{session}-rank{comm.rank}")
+        handles = comm.all_gather_object(self._allocation.handle)
+        self._peer_tokens = []
+        bases = []
+        for peer, handle in enumerate(handles):
+            if peer == comm.rank:
+                bases.append(self._allocation.tensor.data_ptr())
+                continue
+            address, token = backend.map_peer(handle, heap_size, device)
+            bases.append(address)
+            self._peer_tokens.append(token)
+        comm.barrier()
+        backend.after_all_mapped(self._allocation)
+
+        misaligned = [hex(b) for b in bases if b % BASE_ALIGNMENT]
+        if misaligned:
+            raise RuntimeError(f"iris: heap bases {misaligned} are not {BASE_ALIGNMENT}-byte aligned")
+        #: Address of every rank's heap as mapped in this process, in rank order.
+        self.bases: list[int] = bases
+        self._storage = self._allocation.tensor
+        self._next_offset = 0
+        self._closed = False
+
+    @property
+    def base(self) -> int:
+        """Address of this rank's own heap."""
+        return self.bases[self.rank]
+
+    @property
+    def used(self) -> int:
+        """Bytes handed out so far, alignment padding included."""
+        return self._next_offset
+
+    @property
+    def free(self) -> int:
+        """Bytes still available."""
+        return self.size - self._next_offset
+
+    def allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A contiguous, uninitialised tensor of ``shape`` and ``dtype`` inside the heap."""
+        if self._closed:
+            raise RuntimeError("iris: the symmetric heap was closed")
+        numel = 1
+        for dim in shape:
+            numel *= dim
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        offset = -(-self._next_offset // ALIGNMENT) * ALIGNMENT
+        if offset + nbytes > self.size:
+            raise MemoryError(
+                f"iris: cannot allocate {nbytes} bytes ({tuple(shape)}, {dtype}) on the symmetric heap: "
+                f"{max(self.size - offset, 0)} of {self.size} bytes free"
+            )
+        self._next_offset = offset + nbytes
+        return self._storage[offset : offset + nbytes].view(dtype).view(shape)
+
+    def contains(self, tensor: torch.Tensor) -> bool:
+        """Whether every element of ``tensor`` lies in this rank's heap."""
+        if not isinstance(tensor, torch.Tensor) or tensor.device != self._storage.device:
+            return False
+        start = _start_address(tensor)
+        return self.base <= start and start + _span_bytes(tensor) <= self.base + self.size
+
+    def offset_of(self, tensor: torch.Tensor) -> int:
+        """Byte offset of ``tensor``'s first element from the heap base."""
+        if not self.contains(tensor):
+            raise ValueError("iris: tensor is not on this rank's symmetric heap")
+        return _start_address(tensor) - self.base
+
+    def close(self) -> None:
+        """Unmap the peers' heaps and free this rank's. Tensors on the heap become invalid."""
+        if self._closed:
+            return
+        self._closed = True
+        for token in self._peer_tokens:
+            self._backend.unmap_peer(token)
+        self._peer_tokens.clear()
+        self._backend.free(self._allocation)
+        self._storage = None

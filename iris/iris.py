@@ -1,0 +1,621 @@
+"""The host API: ``iris.iris(heap_size)`` gives each rank an :class:`Iris` object.
+
+It owns the symmetric heap, makes tensors on it with torch's conventions, and
+hands kernels what they need to reach every peer (``get_heap_bases()`` for the
+functional device API, ``get_device_context()`` for :class:`DeviceContext`).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from . import config
+from .backends import make_backend
+from .device.barrier import device_barrier_kernel
+from .device.context import HEADER_SLOTS, context_length
+from .distributed import init_distributed
+from .heap import SymmetricHeap
+from .log import DEBUG, ERROR, INFO, WARNING, log_with_rank
+from .tensors import TensorFactory, fill_random, full_dtype, normalize_size
+
+#: Device-barrier groups that can be live at once (slot 0 is the whole world).
+BARRIER_SLOTS = 64
+
+
+class Iris:
+    """One rank's handle on the symmetric heap and the ranks around it.
+
+    Creating it is collective: every rank must call it with the same ``heap_size``.
+
+    Args:
+        heap_size (int): bytes of symmetric heap per rank. Default: 1 GiB.
+        allocator_type (str): accepted for Iris compatibility; ``"torch"`` and
+            ``"vmem"`` both use the backend's shareable allocation.
+
+    Example:
+        >>> import iris
+        >>> ctx = iris.iris(heap_size=1 << 30)
+        >>> x = ctx.zeros(1024, dtype=torch.float32)
+        >>> print(f"rank {ctx.get_rank()} of {ctx.get_num_ranks()}")
+    """
+
+    def __init__(self, heap_size: int = 1 << 30, allocator_type: str = "torch"):
+        if allocator_type not in ("torch", "vmem"):
+            raise ValueError(f"iris: allocator_type must be 'torch' or 'vmem', got {allocator_type!r}")
+        self.backend = make_backend(config.BACKEND)
+        self._comm = init_distributed(self.backend.dist_backend)
+        self.cur_rank = self._comm.rank
+        self.num_ranks = self._comm.world_size
+        self.device = self.backend.select_device(self._comm.local_rank, self._comm.local_world_size)
+        self.gpu_id = self.device.index if self.device.index is not None else 0
+        self.heap_size = heap_size
+        self.heap = SymmetricHeap(heap_size, self.backend, self._comm, self.device)
+        self._tensors = TensorFactory(self.heap, self.backend.accepts_device)
+
+        # Internal state goes first so every rank has it at the same offset.
+        self._barrier_arrivals = self._tensors.filled(
+            (BARRIER_SLOTS, self.num_ranks), torch.int64, lambda t: t.zero_()
+        )
+        self._barrier_slots: dict[tuple[int, ...], int] = {tuple(range(self.num_ranks)): 0}
+        self._barrier_members: dict[tuple[int, ...], torch.Tensor] = {}
+
+        context = [self.cur_rank, self.num_ranks, *self.heap.bases, heap_size]
+        context += [0] * (context_length(self.num_ranks) - len(context))
+        self._device_context = torch.tensor(context, dtype=torch.int64, device=self.device)
+        self.heap_bases = self._device_context[HEADER_SLOTS : HEADER_SLOTS + self.num_ranks].view(
+            torch.uint64
+        )
+        self.barrier()
+
+    # ------------------------------------------------------------------ identity
+    def get_rank(self) -> int:
+        """This process's rank.
+
+        Example:
+            >>> ctx.get_rank()
+            0
+        """
+        return self.cur_rank
+
+    def get_num_ranks(self) -> int:
+        """Number of ranks (world size).
+
+        Example:
+            >>> ctx.get_num_ranks()
+            4
+        """
+        return self.num_ranks
+
+    def get_device(self) -> torch.device:
+        """The device this rank's heap lives on (``cuda:N``, or ``cpu`` under emulation).
+
+        Example:
+            >>> x = torch.randn(8, device=ctx.get_device())
+        """
+        return self.heap.device
+
+    def get_device_id(self) -> int:
+        """Index of this rank's GPU (0 under emulation).
+
+        Example:
+            >>> torch.cuda.set_device(ctx.get_device_id())
+        """
+        return self.gpu_id
+
+    def get_cu_count(self) -> int:
+        """Streaming multiprocessors of this rank's GPU (virtual ones under emulation).
+
+        Example:
+            >>> grid = (ctx.get_cu_count(),)
+        """
+        return self.backend.multiprocessor_count(self.device)
+
+    def get_heap_bases(self) -> torch.Tensor:
+        """uint64 tensor of every rank's heap base as mapped here; pass it to device ops.
+
+        It never changes after initialisation, so kernels and CUDA graphs may keep it.
+
+        Example:
+            >>> kernel[grid](buf, n, ctx.get_rank(), ctx.get_heap_bases())
+        """
+        return self.heap_bases
+
+    def get_device_context(self) -> torch.Tensor:
+        """int64 context tensor for :meth:`iris.DeviceContext.initialize`.
+
+        Layout: ``[cur_rank, world_size, heap_base_0..n-1, heap_size, tracing fields]``.
+
+        Example:
+            >>> rank, world_size = ctx.get_rank(), ctx.get_num_ranks()
+            >>> kernel[grid](ctx.get_device_context(), buf, rank=rank, world_size=world_size)
+        """
+        return self._device_context
+
+    def is_symmetric(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` lies entirely on this rank's symmetric heap.
+
+        Example:
+            >>> ctx.is_symmetric(ctx.zeros(4))
+            True
+        """
+        return self.heap.contains(tensor)
+
+    # ------------------------------------------------------------------ logging
+    def debug(self, message: str) -> None:
+        """Log ``message`` at debug level, tagged with this rank.
+
+        Example:
+            >>> ctx.debug("allocating buffers")   # [Iris] [0/4] allocating buffers
+        """
+        log_with_rank(DEBUG, message, self.cur_rank, self.num_ranks)
+
+    def info(self, message: str) -> None:
+        """Log ``message`` at info level, tagged with this rank.
+
+        Example:
+            >>> ctx.info("iteration 0")
+        """
+        log_with_rank(INFO, message, self.cur_rank, self.num_ranks)
+
+    def warning(self, message: str) -> None:
+        """Log ``message`` at warning level, tagged with this rank.
+
+        Example:
+            >>> ctx.warning("heap nearly full")
+        """
+        log_with_rank(WARNING, message, self.cur_rank, self.num_ranks)
+
+    def error(self, message: str) -> None:
+        """Log ``message`` at error level, tagged with this rank.
+
+        Example:
+            >>> ctx.error("mismatch on element 3")
+        """
+        log_with_rank(ERROR, message, self.cur_rank, self.num_ranks)
+
+    # ------------------------------------------------------------------ tensors
+    def zeros(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False):
+        """A heap tensor of zeros, like :func:`torch.zeros`.
+
+        Example:
+            >>> ctx.zeros(2, 3, dtype=torch.float16)
+        """
+        return self._tensors.filled(
+            normalize_size(size),
+            dtype,
+            lambda t: t.zero_(),
+            out=out,
+            layout=layout,
+            device=device,
+            requires_grad=requires_grad,
+        )
+
+    def ones(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False):
+        """A heap tensor of ones, like :func:`torch.ones`.
+
+        Example:
+            >>> ctx.ones((4, 4), dtype=torch.int32)
+        """
+        return self._tensors.filled(
+            normalize_size(size),
+            dtype,
+            lambda t: t.fill_(1),
+            out=out,
+            layout=layout,
+            device=device,
+            requires_grad=requires_grad,
+        )
+
+    def full(
+        self,
+        size,
+        fill_value,
+        *,
+        out=None,
+        dtype=None,
+        layout=torch.strided,
+        device=None,
+        requires_grad=False,
+    ):
+        """A heap tensor filled with ``fill_value``, like :func:`torch.full` (dtype inferred from it).
+
+        Example:
+            >>> ctx.full((2, 3), 3.14)
+        """
+        dtype = full_dtype(fill_value) if dtype is None else dtype
+        return self._tensors.filled(
+            normalize_size((size,)),
+            dtype,
+            lambda t: t.fill_(fill_value),
+            out=out,
+            layout=layout,
+            device=device,
+            requires_grad=requires_grad,
+        )
+
+    def empty(
+        self,
+        *size,
+        out=None,
+        dtype=None,
+        layout=torch.strided,
+        device=None,
+        requires_grad=False,
+        pin_memory=False,
+        memory_format=torch.contiguous_format,
+    ):
+        """An uninitialised heap tensor, like :func:`torch.empty`.
+
+        Example:
+            >>> buf = ctx.empty(1 << 20, dtype=torch.bfloat16)
+        """
+        return self._tensors.new(
+            normalize_size(size),
+            dtype,
+            out=out,
+            layout=layout,
+            device=device,
+            requires_grad=requires_grad,
+            memory_format=memory_format,
+        )
+
+    def arange(
+        self,
+        start=0,
+        end=None,
+        step=1,
+        *,
+        out=None,
+        dtype=None,
+        layout=torch.strided,
+        device=None,
+        requires_grad=False,
+    ):
+        """Values from ``start`` to ``end`` (exclusive) by ``step``, like :func:`torch.arange`.
+
+        Example:
+            >>> ctx.arange(0, 10, 2)   # [0, 2, 4, 6, 8]
+        """
+        if end is None:
+            start, end = 0, start
+        values = torch.arange(start, end, step, dtype=dtype, device=self.heap.device)
+        return self._tensors.copy_of(
+            values, out=out, layout=layout, device=device, requires_grad=requires_grad
+        )
+
+    def linspace(
+        self,
+        start,
+        end,
+        steps,
+        *,
+        out=None,
+        dtype=None,
+        layout=torch.strided,
+        device=None,
+        requires_grad=False,
+    ):
+        """``steps`` evenly spaced values from ``start`` to ``end``, like :func:`torch.linspace`.
+
+        Example:
+            >>> ctx.linspace(0, 1, 5)   # [0.00, 0.25, 0.50, 0.75, 1.00]
+        """
+        values = torch.linspace(start, end, steps, dtype=dtype, device=self.heap.device)
+        return self._tensors.copy_of(
+            values, out=out, layout=layout, device=device, requires_grad=requires_grad
+        )
+
+    def rand(
+        self,
+        *size,
+        generator=None,
+        out=None,
+        dtype=None,
+        layout=torch.strided,
+        device=None,
+        requires_grad=False,
+        pin_memory=False,
+    ):
+        """Uniform samples on [0, 1), like :func:`torch.rand`.
+
+        ``generator`` may live on another device than the heap (values are copied).
+
+        Example:
+            >>> ctx.rand(128, 128)
+        """
+        return self._tensors.filled(
+            normalize_size(size),
+            dtype,
+            lambda t: fill_random(t, generator, lambda x, g: x.uniform_(0.0, 1.0, generator=g)),
+            out=out,
+            layout=layout,
+            device=device,
+            requires_grad=requires_grad,
+        )
+
+    def randn(
+        self,
+        *size,
+        generator=None,
+        out=None,
+        dtype=None,
+        layout=torch.strided,
+        device=None,
+        requires_grad=False,
+        pin_memory=False,
+    ):
+        """Standard normal samples, like :func:`torch.randn`.
+
+        Example:
+            >>> ctx.randn(128, 128, dtype=torch.bfloat16)
+        """
+        return self._tensors.filled(
+            normalize_size(size),
+            dtype,
+            lambda t: fill_random(t, generator, lambda x, g: x.normal_(generator=g)),
+            out=out,
+            layout=layout,
+            device=device,
+            requires_grad=requires_grad,
+        )
+
+    def randint(
+        self,
+        *args,
+        generator=None,
+        out=None,
+        dtype=None,
+        layout=torch.strided,
+        device=None,
+        requires_grad=False,
+    ):
+        """Integers in [low, high), like :func:`torch.randint` (``(high, size)`` or ``(low, high, size)``).
+
+        Example:
+            >>> ctx.randint(0, 10, (2, 3))
+        """
+        if len(args) == 2:
+            low, (high, size) = 0, args
+        elif len(args) == 3:
+            low, high, size = args
+        else:
+            raise TypeError(
+                f"iris: randint expects (high, size) or (low, high, size), got {len(args)} arguments"
+            )
+        if low >= high:
+            raise ValueError(f"iris: randint needs low < high, got low={low}, high={high}")
+        return self._tensors.filled(
+            normalize_size((size,)),
+            torch.int64 if dtype is None else dtype,
+            lambda t: fill_random(t, generator, lambda x, g: x.random_(low, high, generator=g)),
+            out=out,
+            layout=layout,
+            device=device,
+            requires_grad=requires_grad,
+        )
+
+    def uniform(self, size, low=0.0, high=1.0, dtype=torch.float):
+        """Uniform samples on [low, high).
+
+        Example:
+            >>> ctx.uniform((64,), low=-1.0, high=1.0)
+        """
+        return self._tensors.filled(normalize_size((size,)), dtype, lambda t: t.uniform_(low, high))
+
+    def zeros_like(
+        self,
+        input,
+        *,
+        dtype=None,
+        layout=None,
+        device=None,
+        requires_grad=False,
+        memory_format=torch.preserve_format,
+    ):
+        """Heap zeros shaped like ``input``, like :func:`torch.zeros_like`.
+
+        Example:
+            >>> y = ctx.zeros_like(x)
+        """
+        return self._tensors.like(
+            input,
+            dtype,
+            device,
+            lambda t: t.zero_(),
+            layout=layout or torch.strided,
+            requires_grad=requires_grad,
+            memory_format=memory_format,
+        )
+
+    def ones_like(
+        self,
+        input,
+        *,
+        dtype=None,
+        layout=None,
+        device=None,
+        requires_grad=False,
+        memory_format=torch.preserve_format,
+    ):
+        """Heap ones shaped like ``input``, like :func:`torch.ones_like`.
+
+        Example:
+            >>> y = ctx.ones_like(x)
+        """
+        return self._tensors.like(
+            input,
+            dtype,
+            device,
+            lambda t: t.fill_(1),
+            layout=layout or torch.strided,
+            requires_grad=requires_grad,
+            memory_format=memory_format,
+        )
+
+    def full_like(
+        self,
+        input,
+        fill_value,
+        *,
+        dtype=None,
+        layout=None,
+        device=None,
+        requires_grad=False,
+        memory_format=torch.preserve_format,
+    ):
+        """Heap tensor shaped like ``input`` filled with ``fill_value``, like :func:`torch.full_like`.
+
+        Example:
+            >>> y = ctx.full_like(x, 7)
+        """
+        return self._tensors.like(
+            input,
+            dtype,
+            device,
+            lambda t: t.fill_(fill_value),
+            layout=layout or torch.strided,
+            requires_grad=requires_grad,
+            memory_format=memory_format,
+        )
+
+    def empty_like(
+        self,
+        input,
+        *,
+        dtype=None,
+        layout=None,
+        device=None,
+        requires_grad=False,
+        memory_format=torch.preserve_format,
+    ):
+        """Uninitialised heap tensor shaped like ``input``, like :func:`torch.empty_like`.
+
+        Example:
+            >>> y = ctx.empty_like(x)
+        """
+        return self._tensors.like(
+            input,
+            dtype,
+            device,
+            lambda t: None,
+            layout=layout or torch.strided,
+            requires_grad=requires_grad,
+            memory_format=memory_format,
+        )
+
+    # ------------------------------------------------------------------ synchronisation
+    def barrier(self, stream=None, group=None) -> None:
+        """Wait for this rank's device work (``stream``, or all of it), then for every rank in ``group``.
+
+        Example:
+            >>> kernel[grid](...)
+            >>> ctx.barrier()   # every rank's kernel has finished
+        """
+        self.backend.synchronize(self.device, stream)
+        self._comm.barrier(group)
+
+    def device_barrier(self, group=None) -> None:
+        """Barrier executed by a kernel on the current stream: no host sync, CUDA-graph capturable.
+
+        Orders device work across ranks: kernels queued after it on any member rank
+        start only once every member's earlier kernels on this stream have finished.
+
+        Example:
+            >>> producer[grid](...)
+            >>> ctx.device_barrier()
+            >>> consumer[grid](...)
+        """
+        members = self._group_members(group)
+        if members not in self._barrier_members:
+            self._barrier_members[members] = torch.tensor(members, dtype=torch.int32, device=self.device)
+        slot = self._barrier_slot(members)
+        device_barrier_kernel[(1,)](
+            self._barrier_arrivals[slot],
+            self.heap_bases,
+            self._barrier_members[members],
+            len(members),
+            self.cur_rank,
+        )
+
+    def _group_members(self, group) -> tuple[int, ...]:
+        if group is None:
+            return tuple(range(self.num_ranks))
+        members = tuple(sorted(dist.get_process_group_ranks(group)))
+        if self.cur_rank not in members:
+            raise ValueError(f"iris: rank {self.cur_rank} is not a member of the group {list(members)}")
+        return members
+
+    def _barrier_slot(self, members: tuple[int, ...]) -> int:
+        if members in self._barrier_slots:
+            return self._barrier_slots[members]
+        # Every member must pick the same slot without talking to the others, so the
+        # slot is a function of the member set alone.
+        slot = 1 + zlib.crc32(np.asarray(members, dtype=np.int64).tobytes()) % (BARRIER_SLOTS - 1)
+        for other, taken in self._barrier_slots.items():
+            if taken == slot and set(other) & set(members):
+                raise RuntimeError(
+                    f"iris: device_barrier groups {list(other)} and {list(members)} share barrier slot "
+                    f"{slot}; use a different group layout or a host barrier"
+                )
+        self._barrier_slots[members] = slot
+        return slot
+
+    def broadcast(self, value, src: int = 0):
+        """``value`` from rank ``src`` on every rank, like :func:`torch.distributed.broadcast`.
+
+        Tensors and numeric arrays arrive as numpy arrays; other picklable values as themselves.
+
+        Example:
+            >>> seed = ctx.broadcast(1234 if ctx.get_rank() == 0 else None, src=0)
+        """
+        if not 0 <= src < self.num_ranks:
+            raise ValueError(f"iris: broadcast src={src} is not a rank of this {self.num_ranks}-rank job")
+        payload = _as_array(value) if self.cur_rank == src else None
+        return self._comm.broadcast_object(payload if payload is not None else value, src)
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Free the heap and unmap the peers' heaps (collective). Heap tensors become invalid.
+
+        Example:
+            >>> with iris.iris(1 << 24) as ctx:
+            ...     ...
+        """
+        if self.heap._closed:
+            return
+        self.barrier()
+        self.heap.close()
+
+    def __enter__(self) -> Iris:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _as_array(value):
+    """Tensors and numeric sequences as numpy arrays; anything else as ``None``."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu()
+        return (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).numpy()
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, (list, tuple)):
+        array = np.asarray(value)
+        return array if np.issubdtype(array.dtype, np.number) else None
+    return None
+
+
+def iris(heap_size: int = 1 << 30, allocator_type: str = "torch") -> Iris:
+    """Create this rank's :class:`Iris` (collective: every rank calls it with the same arguments).
+
+    Example:
+        >>> import iris
+        >>> ctx = iris.iris(1 << 30)
+        >>> buf = ctx.zeros(4096, dtype=torch.float32)
+    """
+    return Iris(heap_size, allocator_type)

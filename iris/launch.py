@@ -1,0 +1,62 @@
+"""Start N ranks on this machine, for either backend.
+
+``iris.spawn(fn, nprocs)`` runs ``fn(rank, *args)`` in ``nprocs`` fresh processes
+with the rendezvous variables torchrun would set, so ``iris.iris()`` inside
+``fn`` just works. ``python -m iris.run -n N script.py`` does the same for a script.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rank_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
+    """The environment variables that tell rank ``rank`` how to rendezvous."""
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+
+
+def _run_rank(rank: int, fn, world_size: int, port: int, args: tuple) -> None:
+    os.environ.update(rank_environment(rank, world_size, port))
+    try:
+        fn(rank, *args)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def spawn(fn, nprocs: int, args: tuple = (), join: bool = True):
+    """Run ``fn(rank, *args)`` on ``nprocs`` ranks, like :func:`torch.multiprocessing.spawn`.
+
+    If any rank raises, the others are terminated and the error (with the rank's
+    traceback) is raised here.
+
+    Example:
+        >>> def main(rank):
+        ...     ctx = iris.iris(1 << 24)
+        ...     ...
+        >>> iris.spawn(main, nprocs=2)
+    """
+    if nprocs < 1:
+        raise ValueError(f"iris.spawn: nprocs must be at least 1, got {nprocs}")
+    port = free_port()
+    return mp.start_processes(
+        _run_rank, args=(fn, nprocs, port, tuple(args)), nprocs=nprocs, join=join, start_method="spawn"
+    )

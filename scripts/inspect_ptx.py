@@ -1,0 +1,98 @@
+"""Compile Iris's RMA ops for Hopper (sm_90) and list their memory instructions.
+
+Needs no GPU: Triton compiles to PTX offline. It shows whether heap translation
+keeps 16-byte vector accesses and which scope the atomics and flag reads use.
+
+    IRIS_BACKEND=cuda python scripts/inspect_ptx.py
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+os.environ.setdefault("IRIS_BACKEND", "cuda")
+
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+import iris
+
+
+@triton.jit
+def put_kernel(src, dst, n, cur_rank, peer, heap_bases, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    iris.put(src + offsets, dst + offsets, cur_rank, peer, heap_bases, mask=mask)
+
+
+@triton.jit
+def get_kernel(src, dst, n, cur_rank, peer, heap_bases, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    iris.get(src + offsets, dst + offsets, peer, cur_rank, heap_bases, mask=mask)
+
+
+@triton.jit
+def flag_kernel(flag, cur_rank, peer, heap_bases):
+    iris.atomic_add(flag, 1, cur_rank, peer, heap_bases)
+    iris.signal(flag, 1, cur_rank, peer, heap_bases)
+    iris.wait_until(flag, "ge", 1)
+
+
+@triton.jit
+def context_kernel(context, buf, n, rank: tl.constexpr, world_size: tl.constexpr, BLOCK: tl.constexpr):
+    ctx = iris.DeviceContext.initialize(context, rank, world_size)
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < n
+    peer = (rank + 1) % world_size
+    ctx.store(buf + offsets, ctx.load(buf + offsets, peer, mask=mask), peer, mask=mask)
+    ctx.atomic_add(buf, 1, peer)
+    ctx.signal(buf, 1, peer, op="add")
+    ctx.wait_until(buf, "ge", 1)
+
+
+KERNELS = {
+    "put": (
+        put_kernel,
+        {"src": "*fp32", "dst": "*fp32", "n": "i32", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"},
+        {"BLOCK": 4096},
+    ),
+    "get": (
+        get_kernel,
+        {"src": "*fp32", "dst": "*fp32", "n": "i32", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"},
+        {"BLOCK": 4096},
+    ),
+    "context": (
+        context_kernel,
+        {"context": "*i64", "buf": "*i32", "n": "i32"},
+        {"rank": 0, "world_size": 2, "BLOCK": 1024},
+    ),
+    "flags": (flag_kernel, {"flag": "*i32", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"}, {}),
+}
+
+
+def compile_ptx(name: str) -> str:
+    """PTX of one of :data:`KERNELS` for sm_90."""
+    kernel, signature, constexprs = KERNELS[name]
+    signature = {**signature, **{key: "constexpr" for key in constexprs}}
+    # Pointers 16-byte aligned and n a multiple of 16, as Triton specialises typical launches.
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
+    source = ASTSource(kernel, signature, constexprs, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+
+
+def memory_ops(ptx: str) -> dict[str, int]:
+    """Count of each global load, store and atomic instruction in ``ptx``."""
+    ops = re.findall(r"\b((?:ld|st|atom|red)\.global[\w.]*|(?:ld|atom)\.acquire[\w.]*|fence[\w.]*)", ptx)
+    return {op: ops.count(op) for op in sorted(set(ops))}
+
+
+if __name__ == "__main__":
+    if iris.BACKEND != "cuda":
+        sys.exit("run with IRIS_BACKEND=cuda (no GPU is needed)")
+    for kernel_name in KERNELS:
+        print(kernel_name, memory_ops(compile_ptx(kernel_name)))

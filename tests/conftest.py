@@ -1,0 +1,49 @@
+"""Fixtures that hand tests a pool of rank processes of a given world size.
+
+``IRIS_TEST_WORLD_SIZES`` (default ``1,2,4``) chooses the world sizes that
+multi-rank tests run at; on a 2-GPU machine use ``1,2``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from harness import RankPool  # noqa: E402
+
+WORLD_SIZES = [int(n) for n in os.environ.get("IRIS_TEST_WORLD_SIZES", "1,2,4").split(",") if n]
+MULTI_RANK_SIZES = [n for n in WORLD_SIZES if n > 1]
+
+_pools: dict[tuple, RankPool] = {}
+
+
+def get_pool(world_size: int, **extra_env: str) -> RankPool:
+    """A live pool of ``world_size`` ranks with ``extra_env`` set, started on first use."""
+    key = (world_size, tuple(sorted(extra_env.items())))
+    pool = _pools.get(key)
+    if pool is None or not pool.alive:
+        pool = _pools[key] = RankPool(world_size, extra_env)
+    return pool
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for pool in _pools.values():
+        pool.close()
+
+
+@pytest.fixture(params=WORLD_SIZES, ids=lambda n: f"{n}ranks")
+def world(request) -> RankPool:
+    """Runs a test at every world size in ``IRIS_TEST_WORLD_SIZES``."""
+    return get_pool(request.param)
+
+
+@pytest.fixture(params=MULTI_RANK_SIZES or [None], ids=lambda n: f"{n}ranks")
+def multi_world(request) -> RankPool:
+    """Runs a test at every world size above one."""
+    if request.param is None:
+        pytest.skip("IRIS_TEST_WORLD_SIZES has no world size above 1")
+    return get_pool(request.param)

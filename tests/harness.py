@@ -1,0 +1,118 @@
+"""A pool of rank processes that runs one test body on every rank at once.
+
+Starting a rank (importing torch and triton, joining the process group) costs
+seconds, so each pool is started once per test session and reused: a test sends
+``(module, function, args)`` to every rank and gets back each rank's result or
+traceback. A test that overruns its timeout kills the pool, which is restarted
+for the next test, so one hang never takes the whole suite down.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+import os
+import traceback
+
+DEFAULT_TIMEOUT = float(os.environ.get("IRIS_TEST_TIMEOUT", "180"))
+
+
+class RankError(AssertionError):
+    """One or more ranks raised; the message holds every failing rank's traceback."""
+
+
+def _worker(rank: int, world_size: int, env: dict, conn) -> None:
+    # Nothing of iris may be imported before this: it reads IRIS_* at import time.
+    os.environ.update(env)
+    import faulthandler
+
+    import torch
+
+    faulthandler.enable()
+    torch.set_num_threads(1)
+    from iris import config
+    from iris.backends import make_backend
+    from iris.distributed import init_distributed
+
+    init_distributed(make_backend(config.BACKEND).dist_backend)
+    while True:
+        task = conn.recv()
+        if task is None:
+            break
+        module_name, function_name, args = task
+        try:
+            function = getattr(importlib.import_module(module_name), function_name)
+            conn.send(("ok", function(rank, world_size, *args)))
+        except BaseException:  # noqa: BLE001 - reported to the parent verbatim
+            conn.send(("error", traceback.format_exc()))
+
+
+class RankPool:
+    """``world_size`` rank processes waiting for test bodies."""
+
+    def __init__(self, world_size: int, extra_env: dict | None = None):
+        self.world_size = world_size
+        self.extra_env = dict(extra_env or {})
+        from iris.launch import free_port, rank_environment
+
+        context = mp.get_context("spawn")
+        port = free_port()
+        self._conns = []
+        self._procs = []
+        for rank in range(world_size):
+            parent, child = context.Pipe()
+            proc = context.Process(
+                target=_worker,
+                args=(
+                    rank,
+                    world_size,
+                    {**rank_environment(rank, world_size, port), **self.extra_env},
+                    child,
+                ),
+                daemon=True,
+            )
+            proc.start()
+            self._conns.append(parent)
+            self._procs.append(proc)
+        self.alive = True
+
+    def run(self, function, *args, timeout: float = DEFAULT_TIMEOUT) -> list:
+        """Run ``function(rank, world_size, *args)`` on every rank; returns results in rank order."""
+        if not self.alive:
+            raise RuntimeError("rank pool is dead")
+        task = (function.__module__, function.__name__, args)
+        for conn in self._conns:
+            conn.send(task)
+        results, errors = [], []
+        for rank, conn in enumerate(self._conns):
+            if not conn.poll(timeout):
+                self.close(kill=True)
+                raise TimeoutError(f"rank {rank} did not finish {function.__name__} within {timeout:g} s")
+            try:
+                status, value = conn.recv()
+            except EOFError:
+                self.close(kill=True)
+                raise RankError(f"rank {rank} died while running {function.__name__}") from None
+            if status == "ok":
+                results.append(value)
+            else:
+                errors.append(f"--- rank {rank} ---\n{value}")
+        if errors:
+            raise RankError("\n".join(errors))
+        return results
+
+    def close(self, kill: bool = False) -> None:
+        """Stop the ranks (politely unless ``kill``)."""
+        if not self.alive:
+            return
+        self.alive = False
+        for conn, proc in zip(self._conns, self._procs):
+            if not kill:
+                try:
+                    conn.send(None)
+                except OSError:
+                    pass
+            proc.join(timeout=0 if kill else 10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()

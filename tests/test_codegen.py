@@ -1,0 +1,42 @@
+"""What the CUDA backend compiles to, checked offline (Triton compiles PTX without a GPU)."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def ptx_report() -> dict[str, str]:
+    env = {**os.environ, "IRIS_BACKEND": "cuda", "TRITON_INTERPRET": "0"}
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "inspect_ptx.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
+
+
+@pytest.mark.parametrize("kernel", ["put", "get"])
+def test_translated_accesses_stay_16_byte_vectors(ptx_report, kernel):
+    assert re.search(r"'ld\.global\.v4\.b32': 8", ptx_report[kernel]), ptx_report[kernel]
+    assert re.search(r"'st\.global\.v4\.b32': 8", ptx_report[kernel]), ptx_report[kernel]
+
+
+def test_default_atomics_and_flag_reads_are_system_scope(ptx_report):
+    flags = ptx_report["flags"]
+    assert "atom.global.sys.acq_rel.add" in flags
+    assert "atom.global.sys.release.exch" in flags
+    assert "ld.acquire.sys.global.b32" in flags
+    assert ".gpu." not in flags
+
+
+def test_device_context_compiles_for_hopper(ptx_report):
+    assert "atom.global.sys" in ptx_report["context"] and "ld.acquire.sys" in ptx_report["context"]

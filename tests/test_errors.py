@@ -1,0 +1,144 @@
+"""Bad input gets a clear Python error on every rank, never a hang or a crash."""
+
+import os
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from harness import RankError
+
+import iris
+
+
+def _raises(expected_type, match):
+    def check(callable_, *args, **kwargs):
+        with pytest.raises(expected_type, match=match):
+            callable_(*args, **kwargs)
+
+    return check
+
+
+def _heap_size_body(rank, world_size, sizes):
+    with pytest.raises((ValueError, TypeError)) as info:
+        iris.iris(sizes[rank])
+    return str(info.value)
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, "1GB"], ids=str)
+def test_invalid_heap_size_fails_every_rank(world, bad):
+    messages = world.run(_heap_size_body, [bad] * world.world_size)
+    assert all("heap_size" in m for m in messages)
+
+
+def test_invalid_heap_size_on_one_rank_fails_every_rank(multi_world):
+    sizes = [1 << 20] * multi_world.world_size
+    sizes[-1] = -1
+    messages = multi_world.run(_heap_size_body, sizes)
+    assert all(f"rank {multi_world.world_size - 1}" in m for m in messages)
+
+
+def test_heap_size_mismatch_names_every_rank(multi_world):
+    sizes = [(1 << 20) * (r + 1) for r in range(multi_world.world_size)]
+    messages = multi_world.run(_heap_size_body, sizes)
+    assert all("same on every rank" in m and "rank 1: 2097152" in m for m in messages)
+
+
+def _bad_tensor_args_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        _raises(TypeError, "complex64 is not supported")(ctx.zeros, 4, dtype=torch.complex64)
+        _raises(TypeError, "must be a torch.dtype")(ctx.zeros, 4, dtype="float32")
+        _raises(TypeError, "sizes must be ints")(ctx.zeros, 2.5)
+        _raises(ValueError, "non-negative")(ctx.zeros, -1)
+        _raises(ValueError, "out= must be a tensor allocated on the symmetric heap")(
+            ctx.zeros, 4, out=torch.zeros(4, device=ctx.get_device())
+        )
+        _raises(ValueError, "cannot be resized")(ctx.zeros, 5, out=ctx.zeros(4))
+        _raises(ValueError, "does not match")(ctx.zeros, 4, device="meta")
+        _raises(ValueError, "strided")(ctx.zeros, 4, layout=torch.sparse_coo)
+        _raises(ValueError, "low < high")(ctx.randint, 5, 5, (3,))
+        _raises(ValueError, "src=")(ctx.broadcast, 1, src=world_size)
+        _raises(ValueError, "not on this rank's symmetric heap")(ctx.heap.offset_of, torch.zeros(2))
+        _raises(ValueError, "allocator_type")(iris.iris, 1 << 20, allocator_type="magic")
+
+
+def test_bad_tensor_arguments(world):
+    world.run(_bad_tensor_args_body)
+
+
+def test_more_ranks_than_gpus_is_refused(monkeypatch):
+    from iris.backends.cuda_ipc import CudaBackend
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(RuntimeError, match="4 ranks on this host but only 2 GPU"):
+        CudaBackend().select_device(local_rank=3, local_world_size=4)
+
+
+def test_unknown_backend_name_is_refused(monkeypatch):
+    from iris.backends import choose_backend_name
+
+    monkeypatch.setenv("IRIS_BACKEND", "rocm")
+    with pytest.raises(ValueError, match="IRIS_BACKEND='rocm'"):
+        choose_backend_name()
+
+
+@triton.jit
+def wait_forever_kernel(flag):
+    iris.wait_until(flag, "eq", 1)
+
+
+def _wait_timeout_body(rank, world_size):
+    os.environ["IRIS_EMU_WAIT_TIMEOUT"] = "1"
+    with iris.iris(1 << 20) as ctx:
+        flag = ctx.zeros(1, dtype=torch.int32)
+        with pytest.raises(Exception, match="iris.wait_until waited 1 s") as info:
+            wait_forever_kernel[(1,)](flag)
+        assert "last seen 0" in str(info.value)
+
+
+@pytest.mark.skipif(iris.BACKEND != "emulated", reason="GPU spin-waits have no timeout in the core issue")
+def test_emulated_wait_without_signal_fails_with_a_clear_error(world):
+    world.run(_wait_timeout_body)
+
+
+@triton.jit
+def store_to_rank_kernel(buf, target, cur_rank, heap_bases):
+    offsets = tl.arange(0, 4)
+    iris.store(buf + offsets, offsets, cur_rank, target, heap_bases)
+
+
+@triton.jit
+def context_load_kernel(context, buf, source, rank: tl.constexpr, world_size: tl.constexpr):
+    ctx = iris.DeviceContext.initialize(context, rank, world_size)
+    tl.store(buf, ctx.load(buf, source))
+
+
+def _debug_rank_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        buf = ctx.zeros(4, dtype=torch.int32)
+        with pytest.raises(Exception, match="iris.store: rank out of range"):
+            store_to_rank_kernel[(1,)](buf, world_size, rank, ctx.get_heap_bases())
+        with pytest.raises(Exception, match="iris.load: rank out of range"):
+            context_load_kernel[(1,)](ctx.get_device_context(), buf, -1, rank=rank, world_size=world_size)
+        outside = torch.zeros(4, dtype=torch.int32, device=ctx.get_device())
+        with pytest.raises(Exception, match="iris.store: pointer is outside the symmetric heap"):
+            store_to_rank_kernel[(1,)](outside, rank, rank, ctx.get_heap_bases())
+        store_to_rank_kernel[(1,)](buf, rank, rank, ctx.get_heap_bases())  # valid use still works
+        assert buf.cpu().tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.skipif(iris.BACKEND != "emulated", reason="a device assert poisons the CUDA context")
+def test_debug_mode_names_the_op_that_went_out_of_range():
+    from conftest import get_pool
+
+    get_pool(2, IRIS_DEBUG="1").run(_debug_rank_body)
+
+
+def _failing_body(rank, world_size):
+    if rank == world_size - 1:
+        raise KeyError("planted")
+
+
+def test_harness_reports_the_failing_rank(world):
+    with pytest.raises(RankError, match=f"rank {world.world_size - 1}"):
+        world.run(_failing_body)

@@ -1,0 +1,98 @@
+"""Launching ranks: ``python -m iris.run`` on every example, failure handling, ``iris.spawn``."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch.multiprocessing as mp
+
+import iris
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = sorted(
+    f for f in os.listdir(os.path.join(ROOT, "examples")) if f[:2].isdigit() and f.endswith(".py")
+)
+
+
+def run_example(name: str, nprocs: int, *args: str) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable,
+        "-m",
+        "iris.run",
+        "-n",
+        str(nprocs),
+        "-t",
+        "240",
+        os.path.join(ROOT, "examples", name),
+        *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_examples_are_numbered_as_documented():
+    assert EXAMPLES == [
+        "00_load.py",
+        "01_store.py",
+        "02_all_load.py",
+        "03_all_store.py",
+        "04_atomic_add.py",
+        "05_atomic_xchg.py",
+        "06_message_passing.py",
+    ]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_verifies_itself_on_two_ranks(name):
+    result = run_example(name, 2)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert result.stdout.count(" OK") >= 1
+
+
+def _enough_devices(nprocs: int) -> bool:
+    import torch
+
+    return iris.BACKEND == "emulated" or torch.cuda.device_count() >= nprocs
+
+
+@pytest.mark.skipif(not _enough_devices(4), reason="needs 4 GPUs")
+@pytest.mark.parametrize("name", ["02_all_load.py", "04_atomic_add.py", "06_message_passing.py"])
+def test_example_verifies_itself_on_four_ranks(name):
+    result = run_example(name, 4, *(["20"] if name.startswith("06") else []))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+
+
+def test_run_stops_every_rank_when_one_fails(tmp_path):
+    script = tmp_path / "fail.py"
+    script.write_text(
+        "import os, sys, time\nif os.environ['RANK'] == '1':\n    sys.exit(3)\ntime.sleep(120)\n"
+    )
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "iris.run", "-n", "3", str(script)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 3
+    assert time.monotonic() - started < 30
+
+
+def test_run_timeout_stops_a_hung_job(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text("import time\ntime.sleep(120)\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "iris.run", "-n", "2", "-t", "2", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 124 and "timed out" in result.stderr
+
+
+def _raise_on_last_rank(rank, world_size):
+    if rank == world_size - 1:
+        raise RuntimeError(f"planted failure on rank {rank}")
+
+
+def test_spawn_raises_the_failing_ranks_error():
+    with pytest.raises(mp.ProcessRaisedException, match="planted failure on rank 1"):
+        iris.spawn(_raise_on_last_rank, nprocs=2, args=(2,))

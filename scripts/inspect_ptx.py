@@ -72,6 +72,7 @@ KERNELS = {
         {"rank": 0, "world_size": 2, "BLOCK": 1024},
     ),
     "flags": (flag_kernel, {"flag": "*i32", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"}, {}),
+    "flags64": (flag_kernel, {"flag": "*i64", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"}, {}),
 }
 
 

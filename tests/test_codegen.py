@@ -38,5 +38,9 @@ def test_default_atomics_and_flag_reads_are_system_scope(ptx_report):
     assert ".gpu." not in flags
 
 
+def test_64_bit_flags_use_64_bit_acquire_loads(ptx_report):
+    assert "ld.acquire.sys.global.b64" in ptx_report["flags64"]
+
+
 def test_device_context_compiles_for_hopper(ptx_report):
     assert "atom.global.sys" in ptx_report["context"] and "ld.acquire.sys" in ptx_report["context"]

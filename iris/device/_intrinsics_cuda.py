@@ -8,66 +8,26 @@ import triton.language as tl
 def load_acquire(pointer, scope: tl.constexpr):
     """Read a 32- or 64-bit flag with acquire semantics at ``scope`` (sys, gpu or cta)."""
     tl.static_assert(scope == "sys" or scope == "gpu" or scope == "cta", "scope must be sys, gpu or cta")
-    address = pointer.to(tl.int64)
-    if pointer.dtype.element_ty.primitive_bitwidth == 64:
-        if scope == "sys":
-            raw = tl.inline_asm_elementwise(
-                "ld.acquire.sys.global.b64 $0, [$1];",
-                "=l,l",
-                [address],
-                dtype=tl.int64,
-                is_pure=False,
-                pack=1,
-            )
-        elif scope == "gpu":
-            raw = tl.inline_asm_elementwise(
-                "ld.acquire.gpu.global.b64 $0, [$1];",
-                "=l,l",
-                [address],
-                dtype=tl.int64,
-                is_pure=False,
-                pack=1,
-            )
-        else:
-            raw = tl.inline_asm_elementwise(
-                "ld.acquire.cta.global.b64 $0, [$1];",
-                "=l,l",
-                [address],
-                dtype=tl.int64,
-                is_pure=False,
-                pack=1,
-            )
-    else:
-        tl.static_assert(
-            pointer.dtype.element_ty.primitive_bitwidth == 32, "flags must be 32 or 64 bits wide"
+    bits: tl.constexpr = pointer.dtype.element_ty.primitive_bitwidth
+    tl.static_assert(bits == 32 or bits == 64, "flags must be 32 or 64 bits wide")
+    if bits == 64:
+        raw = tl.inline_asm_elementwise(
+            "ld.acquire." + scope + ".global.b64 $0, [$1];",
+            "=l,l",
+            [pointer.to(tl.int64)],
+            dtype=tl.int64,
+            is_pure=False,
+            pack=1,
         )
-        if scope == "sys":
-            raw = tl.inline_asm_elementwise(
-                "ld.acquire.sys.global.b32 $0, [$1];",
-                "=r,l",
-                [address],
-                dtype=tl.int32,
-                is_pure=False,
-                pack=1,
-            )
-        elif scope == "gpu":
-            raw = tl.inline_asm_elementwise(
-                "ld.acquire.gpu.global.b32 $0, [$1];",
-                "=r,l",
-                [address],
-                dtype=tl.int32,
-                is_pure=False,
-                pack=1,
-            )
-        else:
-            raw = tl.inline_asm_elementwise(
-                "ld.acquire.cta.global.b32 $0, [$1];",
-                "=r,l",
-                [address],
-                dtype=tl.int32,
-                is_pure=False,
-                pack=1,
-            )
+    else:
+        raw = tl.inline_asm_elementwise(
+            "ld.acquire." + scope + ".global.b32 $0, [$1];",
+            "=r,l",
+            [pointer.to(tl.int64)],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
     return raw.to(pointer.dtype.element_ty, bitcast=True)
 
 

@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import sys
 import time
 
 import torch
 import torch.distributed as dist
 import triton
 import triton.language as tl
+from common import all_ranks_agree, time_loop, write_report
 
 import iris
 
@@ -69,24 +68,6 @@ def get_kernel(src, dst, n, cur_rank, world_size, heap_bases, ALL_PEERS: tl.cons
 def iterations_for(nbytes: int) -> int:
     """Same on every rank: enough work to dwarf launch overhead, bounded for big sizes."""
     return 200 if nbytes <= 16 * KIB * KIB else max(10, int(200 * 16 * KIB * KIB / nbytes))
-
-
-def time_loop(ctx, fn, iters: int, warmup: int = 5) -> float:
-    """Seconds per iteration of ``fn``, the max over ranks."""
-    for _ in range(warmup):
-        fn()
-    ctx.barrier()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    stop.record()
-    torch.cuda.synchronize()
-    seconds = start.elapsed_time(stop) / 1e3 / iters
-    ctx.barrier()
-    times = [None] * ctx.get_num_ranks()
-    dist.all_gather_object(times, seconds)
-    return max(times)
 
 
 def nccl_one_way(send, recv, rank):
@@ -315,9 +296,7 @@ def check(ctx, mode, dst, n, rank, world) -> bool:
         for peer in range(world):
             if peer != rank:
                 ok &= torch.equal(dst[peer * n : peer * n + n], expected_of(peer))
-    flags = [None] * world
-    dist.all_gather_object(flags, bool(ok))
-    return all(flags)
+    return all_ranks_agree(ok)
 
 
 TABLE = (
@@ -377,20 +356,8 @@ def main():
             + " ".join(f"{h:>8}" for h in header[1:])
         )
     report = sweep(args) if args.sweep_mib else run(args)
-    if dist.get_rank() == 0:
-        report.update(
-            {
-                "command": f"python -m iris.run -n {report['world_size']} " + " ".join(sys.argv),
-                "device": torch.cuda.get_device_name(),
-                "torch": torch.__version__,
-                "triton": triton.__version__,
-                "python": platform.python_version(),
-                "seconds": round(time.time() - started, 1),
-            }
-        )
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(report, f, indent=2)
+    report["seconds"] = round(time.time() - started, 1)
+    write_report(report, args.out, report["world_size"])
     dist.destroy_process_group()
 
 

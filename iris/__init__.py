@@ -29,6 +29,8 @@ from .device import (
     put,
     signal,
     store,
+    trace_begin,
+    trace_end,
     translate,
     wait_until,
 )
@@ -65,6 +67,8 @@ __all__ = [
     "signal",
     "spawn",
     "store",
+    "trace_begin",
+    "trace_end",
     "translate",
     "wait_until",
 ]

@@ -21,6 +21,7 @@ from .distributed import init_distributed
 from .heap import SymmetricHeap
 from .log import DEBUG, ERROR, INFO, WARNING, log_with_rank
 from .tensors import TensorFactory, fill_random, full_dtype, normalize_size
+from .tracing import Tracing
 
 #: Device-barrier groups that can be live at once (slot 0 is the whole world).
 BARRIER_SLOTS = 64
@@ -69,6 +70,8 @@ class Iris:
         self.heap_bases = self._device_context[HEADER_SLOTS : HEADER_SLOTS + self.num_ranks].view(
             torch.uint64
         )
+        #: Tracing control (``ctx.tracing.enable()``); see :class:`iris.tracing.Tracing`.
+        self.tracing = Tracing(self)
         self.barrier()
 
     # ------------------------------------------------------------------ identity
@@ -117,23 +120,28 @@ class Iris:
     def get_heap_bases(self) -> torch.Tensor:
         """uint64 tensor of every rank's heap base as mapped here; pass it to device ops.
 
-        It never changes after initialisation, so kernels and CUDA graphs may keep it.
+        Its memory never changes after initialisation, so kernels and CUDA graphs may
+        keep it. While tracing is enabled it is an int64 view of the same memory,
+        which makes Triton compile the traced variant of kernels it is passed to:
+        pass ``ctx.get_heap_bases()`` at each launch rather than keeping an old one.
 
         Example:
             >>> kernel[grid](buf, n, ctx.get_rank(), ctx.get_heap_bases())
         """
-        return self.heap_bases
+        return self.heap_bases.view(torch.int64) if self.tracing.enabled else self.heap_bases
 
     def get_device_context(self) -> torch.Tensor:
         """int64 context tensor for :meth:`iris.DeviceContext.initialize`.
 
         Layout: ``[cur_rank, world_size, heap_base_0..n-1, heap_size, tracing fields]``.
+        While tracing is enabled it is a uint64 view (the traced variant, as for
+        :meth:`get_heap_bases`).
 
         Example:
             >>> rank, world_size = ctx.get_rank(), ctx.get_num_ranks()
             >>> kernel[grid](ctx.get_device_context(), buf, rank=rank, world_size=world_size)
         """
-        return self._device_context
+        return self._device_context.view(torch.uint64) if self.tracing.enabled else self._device_context
 
     def is_symmetric(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` lies entirely on this rank's symmetric heap.
@@ -535,7 +543,7 @@ class Iris:
         slot = self._barrier_slot(members)
         device_barrier_kernel[(1,)](
             self._barrier_arrivals[slot],
-            self.heap_bases,
+            self.get_heap_bases(),
             self._barrier_members[members],
             len(members),
             self.cur_rank,

@@ -37,6 +37,20 @@ def get_kernel(src, dst, n, cur_rank, peer, heap_bases, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def put_without_tracing(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
+    # iris.put as it was before tracing existed: the same translation, no tracing calls.
+    remote = iris.translate(to_ptr, from_rank, to_rank, heap_bases, mask, "iris.put")
+    tl.store(remote, tl.load(from_ptr, mask=mask), mask=mask)
+
+
+@triton.jit
+def put_reference_kernel(src, dst, n, cur_rank, peer, heap_bases, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    put_without_tracing(src + offsets, dst + offsets, cur_rank, peer, heap_bases, mask=mask)
+
+
+@triton.jit
 def flag_kernel(flag, cur_rank, peer, heap_bases):
     iris.atomic_add(flag, 1, cur_rank, peer, heap_bases)
     iris.signal(flag, 1, cur_rank, peer, heap_bases)
@@ -55,7 +69,18 @@ def context_kernel(context, buf, n, rank: tl.constexpr, world_size: tl.constexpr
     ctx.wait_until(buf, "ge", 1)
 
 
+PUT_SIGNATURE = {
+    "src": "*fp32",
+    "dst": "*fp32",
+    "n": "i32",
+    "cur_rank": "i32",
+    "peer": "i32",
+    "heap_bases": "*u64",
+}
+
 KERNELS = {
+    "put_reference": (put_reference_kernel, PUT_SIGNATURE, {"BLOCK": 4096}),
+    "put_traced": (put_kernel, {**PUT_SIGNATURE, "heap_bases": "*i64"}, {"BLOCK": 4096}),
     "put": (
         put_kernel,
         {"src": "*fp32", "dst": "*fp32", "n": "i32", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"},
@@ -86,9 +111,25 @@ def compile_ptx(name: str) -> str:
     return triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
 
 
+def instructions(ptx: str) -> list[str]:
+    """The instruction stream of ``ptx``: no comments, debug info, or kernel names."""
+    body = ptx.split(".section\t.debug")[0]
+    name = re.search(r"\.entry (\w+)", body).group(1)
+    lines = []
+    for line in body.splitlines():
+        line = line.split("//")[0].strip()
+        if line and not line.startswith((".loc", ".file", "$L__")):
+            lines.append(line.replace(name, "KERNEL"))
+    return lines
+
+
 def memory_ops(ptx: str) -> dict[str, int]:
     """Count of each global load, store and atomic instruction in ``ptx``."""
-    ops = re.findall(r"\b((?:ld|st|atom|red)\.global[\w.]*|(?:ld|atom)\.acquire[\w.]*|fence[\w.]*)", ptx)
+    pattern = (
+        r"((?:\bld|\bst|\batom|\bred)\.global[\w.]*|\b(?:ld|atom)\.acquire[\w.]*|\bfence[\w.]*"
+        r"|%globaltimer|%smid)"
+    )
+    ops = re.findall(pattern, ptx)
     return {op: ops.count(op) for op in sorted(set(ops))}
 
 
@@ -97,3 +138,5 @@ if __name__ == "__main__":
         sys.exit("run with IRIS_BACKEND=cuda (no GPU is needed)")
     for kernel_name in KERNELS:
         print(kernel_name, memory_ops(compile_ptx(kernel_name)))
+    same = instructions(compile_ptx("put")) == instructions(compile_ptx("put_reference"))
+    print("untraced_put_equals_reference", same)

@@ -44,3 +44,13 @@ def test_64_bit_flags_use_64_bit_acquire_loads(ptx_report):
 
 def test_device_context_compiles_for_hopper(ptx_report):
     assert "atom.global.sys" in ptx_report["context"] and "ld.acquire.sys" in ptx_report["context"]
+
+
+def test_tracing_compiled_out_is_the_same_code_as_no_tracing(ptx_report):
+    assert ptx_report["untraced_put_equals_reference"] == "True"
+
+
+def test_traced_variant_reads_the_timer_and_sm(ptx_report):
+    traced = ptx_report["put_traced"]
+    assert "'%globaltimer': 2" in traced and "'%smid'" in traced
+    assert "atom.global.gpu.relaxed.add" in traced  # per-SM slot claim, not a system-wide atomic

@@ -20,6 +20,11 @@ from .base import Allocation, Backend
 DEFAULT_VIRTUAL_SMS = 8
 
 
+def virtual_sm_count() -> int:
+    """SMs the emulator pretends to have (``IRIS_EMU_NUM_SMS``, default 8)."""
+    return int(os.environ.get("IRIS_EMU_NUM_SMS", DEFAULT_VIRTUAL_SMS))
+
+
 def _shm_dir() -> str:
     configured = os.environ.get("IRIS_EMU_SHM_DIR")
     if configured:
@@ -57,7 +62,7 @@ class EmulatedBackend(Backend):
         return torch.device("cpu")
 
     def multiprocessor_count(self, device: torch.device) -> int:
-        return int(os.environ.get("IRIS_EMU_NUM_SMS", DEFAULT_VIRTUAL_SMS))
+        return virtual_sm_count()
 
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
         path = os.path.join(_shm_dir(), f"iris-{tag}")

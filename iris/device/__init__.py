@@ -20,6 +20,7 @@ from .rma import (
     translate,
     wait_until,
 )
+from .tracing import trace_begin, trace_end
 
 __all__ = [
     "DeviceContext",
@@ -38,6 +39,8 @@ __all__ = [
     "put",
     "signal",
     "store",
+    "trace_begin",
+    "trace_end",
     "translate",
     "wait_until",
 ]

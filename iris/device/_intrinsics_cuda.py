@@ -47,3 +47,17 @@ def spin_check(start, pointer, seen, expected, op: tl.constexpr):
 def device_check(condition, message: tl.constexpr):
     """Fails the kernel with ``message`` where ``condition`` is false (debug builds)."""
     tl.device_assert(condition, message)
+
+
+@triton.jit
+def timer_ns():
+    """The GPU's %globaltimer in nanoseconds (not synchronised across GPUs)."""
+    return tl.inline_asm_elementwise(
+        "mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1
+    )
+
+
+@triton.jit
+def sm_id():
+    """The SM this program runs on (%smid)."""
+    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)

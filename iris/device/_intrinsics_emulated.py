@@ -11,6 +11,7 @@ import time
 import numpy as np
 import triton.language as tl
 
+from ..backends.emulated import virtual_sm_count
 from ..config import emulated_wait_timeout
 
 
@@ -53,3 +54,13 @@ def spin_check(start, pointer, seen, expected, op):
 def device_check(condition, message):
     if not np.all(_values(condition)):
         raise DeviceError(str(getattr(message, "value", message)))
+
+
+def timer_ns():
+    # One host clock serves every rank process, so emulated traces need no alignment.
+    return tl.full([], time.monotonic_ns(), tl.int64)
+
+
+def sm_id():
+    pid = tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
+    return pid % virtual_sm_count()

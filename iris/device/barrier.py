@@ -21,4 +21,4 @@ def device_barrier_kernel(arrivals, heap_bases, member_ranks, num_members, cur_r
         epoch = tl.where(peer == cur_rank, previous + 1, epoch)
     for i in range(num_members):
         peer = tl.load(member_ranks + i)
-        rma.wait_until(arrivals + peer, "ge", epoch)
+        rma.wait_until(arrivals + peer, "ge", epoch, heap_bases=heap_bases)

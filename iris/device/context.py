@@ -21,7 +21,7 @@ import triton.language as tl
 from triton.runtime.jit import constexpr_function
 
 from ..config import BACKEND
-from . import rma
+from . import rma, tracing
 
 #: Slots before the heap bases.
 HEADER_SLOTS = 2
@@ -58,50 +58,105 @@ def _as_method(interpreted):
     return method
 
 
+@constexpr_function
+def _heap_bases_type(context_type):
+    # A uint64 context tensor is the traced variant (see iris.device.tracing); the
+    # heap_bases it yields must then be int64, the type the RMA ops read as "traced".
+    traced = context_type.element_ty == tl.uint64
+    return tl.pointer_type(tl.int64 if traced else tl.uint64)
+
+
 @_aggregate
 class DeviceContext:
-    """This rank's view of the symmetric heaps, with the RMA ops as methods."""
+    """This rank's view of the symmetric heaps, with the RMA ops as methods.
+
+    ``pid_m``/``pid_n`` are the tile coordinates recorded with every traced op
+    (-1 unless set with :meth:`with_tile`).
+    """
 
     rank: tl.tensor
     world_size: tl.tensor
     heap_bases: tl.tensor
+    pid_m: tl.tensor
+    pid_n: tl.tensor
 
     @constexpr_function
-    def __init__(self, rank, world_size, heap_bases):
+    def __init__(self, rank, world_size, heap_bases, pid_m, pid_n):
         self.rank = rank
         self.world_size = world_size
         self.heap_bases = heap_bases
+        self.pid_m = pid_m
+        self.pid_n = pid_n
 
     @staticmethod
     @triton.jit
     def initialize(context_tensor, rank, world_size):
         """Build the context from ``Iris.get_device_context()`` inside a kernel."""
-        return DeviceContext(tl.cast(rank, tl.int32), tl.cast(world_size, tl.int32), context_tensor + 2)
+        heap_bases = (context_tensor + 2).to(_heap_bases_type(context_tensor.dtype), bitcast=True)
+        no_tile = tl.full([], -1, tl.int32)
+        return DeviceContext(
+            tl.cast(rank, tl.int32), tl.cast(world_size, tl.int32), heap_bases, no_tile, no_tile
+        )
+
+    @triton.jit
+    def with_tile(self, pid_m, pid_n):
+        """The same context, recording ``(pid_m, pid_n)`` with every traced op."""
+        return DeviceContext(
+            self.rank, self.world_size, self.heap_bases, tl.cast(pid_m, tl.int32), tl.cast(pid_n, tl.int32)
+        )
+
+    @triton.jit
+    def trace_begin(self):
+        """Open a compute scope; see :func:`iris.trace_begin`."""
+        return tracing.trace_begin(self.heap_bases)
+
+    @triton.jit
+    def trace_end(self, start, scope: tl.constexpr = 0):
+        """Close a compute scope at this context's tile; see :func:`iris.trace_end`."""
+        tracing.trace_end(self.heap_bases, start, scope, self.pid_m, self.pid_n)
 
     @triton.jit
     def load(self, pointer, from_rank, mask=None, other=None):
         """Load from ``from_rank``'s copy of ``pointer``."""
-        return rma.load(pointer, self.rank, from_rank, self.heap_bases, mask, other)
+        return rma.load(
+            pointer, self.rank, from_rank, self.heap_bases, mask, other, pid_m=self.pid_m, pid_n=self.pid_n
+        )
 
     @triton.jit
     def store(self, pointer, value, to_rank, mask=None):
         """Store ``value`` into ``to_rank``'s copy of ``pointer``."""
-        rma.store(pointer, value, self.rank, to_rank, self.heap_bases, mask)
+        rma.store(
+            pointer, value, self.rank, to_rank, self.heap_bases, mask, pid_m=self.pid_m, pid_n=self.pid_n
+        )
 
     @triton.jit
     def get(self, from_ptr, to_ptr, from_rank, mask=None):
         """Copy ``from_rank``'s ``from_ptr`` into this rank's ``to_ptr``."""
-        rma.get(from_ptr, to_ptr, from_rank, self.rank, self.heap_bases, mask)
+        rma.get(
+            from_ptr, to_ptr, from_rank, self.rank, self.heap_bases, mask, pid_m=self.pid_m, pid_n=self.pid_n
+        )
 
     @triton.jit
     def put(self, from_ptr, to_ptr, to_rank, mask=None):
         """Copy this rank's ``from_ptr`` into ``to_rank``'s ``to_ptr``."""
-        rma.put(from_ptr, to_ptr, self.rank, to_rank, self.heap_bases, mask)
+        rma.put(
+            from_ptr, to_ptr, self.rank, to_rank, self.heap_bases, mask, pid_m=self.pid_m, pid_n=self.pid_n
+        )
 
     @triton.jit
     def copy(self, src_ptr, dst_ptr, from_rank, to_rank, mask=None):
         """Copy ``from_rank``'s ``src_ptr`` into ``to_rank``'s ``dst_ptr``."""
-        rma.copy(src_ptr, dst_ptr, from_rank, to_rank, self.rank, self.heap_bases, mask)
+        rma.copy(
+            src_ptr,
+            dst_ptr,
+            from_rank,
+            to_rank,
+            self.rank,
+            self.heap_bases,
+            mask,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
+        )
 
     @triton.jit
     def atomic_add(
@@ -114,7 +169,18 @@ class DeviceContext:
         scope: tl.constexpr = tl.constexpr("sys"),
     ):
         """Atomic add on ``to_rank``'s copy of ``pointer``; returns the old value."""
-        return rma.atomic_add(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+        return rma.atomic_add(
+            pointer,
+            val,
+            self.rank,
+            to_rank,
+            self.heap_bases,
+            mask,
+            sem,
+            scope,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
+        )
 
     @triton.jit
     def atomic_sub(
@@ -127,7 +193,18 @@ class DeviceContext:
         scope: tl.constexpr = tl.constexpr("sys"),
     ):
         """Atomic subtract on ``to_rank``'s copy of ``pointer``; returns the old value."""
-        return rma.atomic_sub(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+        return rma.atomic_sub(
+            pointer,
+            val,
+            self.rank,
+            to_rank,
+            self.heap_bases,
+            mask,
+            sem,
+            scope,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
+        )
 
     @triton.jit
     def atomic_xchg(
@@ -140,7 +217,18 @@ class DeviceContext:
         scope: tl.constexpr = tl.constexpr("sys"),
     ):
         """Atomic exchange on ``to_rank``'s copy of ``pointer``; returns the old value."""
-        return rma.atomic_xchg(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+        return rma.atomic_xchg(
+            pointer,
+            val,
+            self.rank,
+            to_rank,
+            self.heap_bases,
+            mask,
+            sem,
+            scope,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
+        )
 
     @triton.jit
     def atomic_xor(
@@ -153,7 +241,18 @@ class DeviceContext:
         scope: tl.constexpr = tl.constexpr("sys"),
     ):
         """Atomic xor on ``to_rank``'s copy of ``pointer``; returns the old value."""
-        return rma.atomic_xor(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+        return rma.atomic_xor(
+            pointer,
+            val,
+            self.rank,
+            to_rank,
+            self.heap_bases,
+            mask,
+            sem,
+            scope,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
+        )
 
     @triton.jit
     def atomic_and(
@@ -166,7 +265,18 @@ class DeviceContext:
         scope: tl.constexpr = tl.constexpr("sys"),
     ):
         """Atomic and on ``to_rank``'s copy of ``pointer``; returns the old value."""
-        return rma.atomic_and(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+        return rma.atomic_and(
+            pointer,
+            val,
+            self.rank,
+            to_rank,
+            self.heap_bases,
+            mask,
+            sem,
+            scope,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
+        )
 
     @triton.jit
     def atomic_or(
@@ -179,7 +289,18 @@ class DeviceContext:
         scope: tl.constexpr = tl.constexpr("sys"),
     ):
         """Atomic or on ``to_rank``'s copy of ``pointer``; returns the old value."""
-        return rma.atomic_or(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+        return rma.atomic_or(
+            pointer,
+            val,
+            self.rank,
+            to_rank,
+            self.heap_bases,
+            mask,
+            sem,
+            scope,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
+        )
 
     @triton.jit
     def atomic_min(
@@ -192,7 +313,18 @@ class DeviceContext:
         scope: tl.constexpr = tl.constexpr("sys"),
     ):
         """Atomic min on ``to_rank``'s copy of ``pointer``; returns the old value."""
-        return rma.atomic_min(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+        return rma.atomic_min(
+            pointer,
+            val,
+            self.rank,
+            to_rank,
+            self.heap_bases,
+            mask,
+            sem,
+            scope,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
+        )
 
     @triton.jit
     def atomic_max(
@@ -205,7 +337,18 @@ class DeviceContext:
         scope: tl.constexpr = tl.constexpr("sys"),
     ):
         """Atomic max on ``to_rank``'s copy of ``pointer``; returns the old value."""
-        return rma.atomic_max(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+        return rma.atomic_max(
+            pointer,
+            val,
+            self.rank,
+            to_rank,
+            self.heap_bases,
+            mask,
+            sem,
+            scope,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
+        )
 
     @triton.jit
     def atomic_cas(
@@ -218,14 +361,29 @@ class DeviceContext:
         scope: tl.constexpr = tl.constexpr("sys"),
     ):
         """Compare-and-swap on ``to_rank``'s copy of ``pointer``; returns the old value."""
-        return rma.atomic_cas(pointer, cmp, val, self.rank, to_rank, self.heap_bases, sem, scope)
+        return rma.atomic_cas(
+            pointer,
+            cmp,
+            val,
+            self.rank,
+            to_rank,
+            self.heap_bases,
+            sem,
+            scope,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
+        )
 
     @triton.jit
     def signal(self, pointer, value, to_rank, op: tl.constexpr = tl.constexpr("set")):
         """Set or add to ``to_rank``'s flag after this program's earlier writes."""
-        rma.signal(pointer, value, self.rank, to_rank, self.heap_bases, op)
+        rma.signal(
+            pointer, value, self.rank, to_rank, self.heap_bases, op, pid_m=self.pid_m, pid_n=self.pid_n
+        )
 
     @triton.jit
     def wait_until(self, pointer, cmp: tl.constexpr, value):
         """Spin until this rank's flag satisfies ``flag <cmp> value``; returns the flag."""
-        return rma.wait_until(pointer, cmp, value)
+        return rma.wait_until(
+            pointer, cmp, value, heap_bases=self.heap_bases, pid_m=self.pid_m, pid_n=self.pid_n
+        )

@@ -21,6 +21,7 @@ import triton.language as tl
 
 from ..config import DEBUG as _DEBUG
 from . import intrinsics as hw
+from . import tracing
 
 DEBUG: tl.constexpr = tl.constexpr(_DEBUG)
 #: Heap bases are at least this aligned, so translation keeps vector widths.
@@ -71,59 +72,70 @@ def translate(
 
 
 @triton.jit
-def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None):
+def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, pid_m=-1, pid_n=-1):
     """Load from ``from_rank``'s heap at the address ``pointer`` has in ``to_rank`` (the caller).
 
     Example:
         >>> data = iris.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n)
     """
+    start = tracing.begin(heap_bases)
     remote = translate(pointer, to_rank, from_rank, heap_bases, mask, "iris.load")
-    return tl.load(remote, mask=mask, other=other)
+    result = tl.load(remote, mask=mask, other=other)
+    tracing.end(heap_bases, start, tracing.LOAD, from_rank, pointer, mask, 0, pid_m, pid_n)
+    return result
 
 
 @triton.jit
-def store(pointer, value, from_rank, to_rank, heap_bases, mask=None):
+def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, pid_m=-1, pid_n=-1):
     """Store ``value`` into ``to_rank``'s heap at the address ``pointer`` has in ``from_rank`` (the caller).
 
     Example:
         >>> iris.store(buf + offs, values, cur_rank, peer, heap_bases, mask=offs < n)
     """
+    start = tracing.begin(heap_bases)
     remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.store")
     tl.store(remote, value, mask=mask)
+    tracing.end(heap_bases, start, tracing.STORE, to_rank, pointer, mask, 0, pid_m, pid_n)
 
 
 @triton.jit
-def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
+def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, pid_m=-1, pid_n=-1):
     """Copy from ``from_rank``'s heap (at ``from_ptr``) into the caller's (``to_rank``) ``to_ptr``.
 
     Example:
         >>> iris.get(src + offs, dst + offs, peer, cur_rank, heap_bases, mask=offs < n)
     """
+    start = tracing.begin(heap_bases)
     remote = translate(from_ptr, to_rank, from_rank, heap_bases, mask, "iris.get")
     tl.store(to_ptr, tl.load(remote, mask=mask), mask=mask)
+    tracing.end(heap_bases, start, tracing.GET, from_rank, from_ptr, mask, 0, pid_m, pid_n)
 
 
 @triton.jit
-def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
+def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, pid_m=-1, pid_n=-1):
     """Copy the caller's (``from_rank``) ``from_ptr`` into ``to_rank``'s heap at ``to_ptr``.
 
     Example:
         >>> iris.put(src + offs, dst + offs, cur_rank, peer, heap_bases, mask=offs < n)
     """
+    start = tracing.begin(heap_bases)
     remote = translate(to_ptr, from_rank, to_rank, heap_bases, mask, "iris.put")
     tl.store(remote, tl.load(from_ptr, mask=mask), mask=mask)
+    tracing.end(heap_bases, start, tracing.PUT, to_rank, to_ptr, mask, 0, pid_m, pid_n)
 
 
 @triton.jit
-def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None):
+def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None, pid_m=-1, pid_n=-1):
     """Copy ``from_rank``'s ``src_ptr`` to ``to_rank``'s ``dst_ptr``; both pointers are ``cur_rank``'s.
 
     Example:
         >>> iris.copy(src + offs, dst + offs, peer_a, peer_b, cur_rank, heap_bases)
     """
+    start = tracing.begin(heap_bases)
     source = translate(src_ptr, cur_rank, from_rank, heap_bases, mask, "iris.copy")
     target = translate(dst_ptr, cur_rank, to_rank, heap_bases, mask, "iris.copy")
     tl.store(target, tl.load(source, mask=mask), mask=mask)
+    tracing.end(heap_bases, start, tracing.COPY, to_rank, dst_ptr, mask, 0, pid_m, pid_n)
 
 
 @triton.jit
@@ -136,14 +148,19 @@ def atomic_add(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    pid_m=-1,
+    pid_n=-1,
 ):
     """Atomically add ``val`` at ``to_rank``'s copy of ``pointer``; returns the old value.
 
     Example:
         >>> old = iris.atomic_add(counter, 1, cur_rank, peer, heap_bases)
     """
+    start = tracing.begin(heap_bases)
     remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_add")
-    return tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
+    old = tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
+    tracing.end(heap_bases, start, tracing.ATOMIC_ADD, to_rank, pointer, mask, 0, pid_m, pid_n)
+    return old
 
 
 @triton.jit
@@ -156,14 +173,19 @@ def atomic_sub(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    pid_m=-1,
+    pid_n=-1,
 ):
     """Atomically subtract ``val`` at ``to_rank``'s copy of ``pointer``; returns the old value.
 
     Example:
         >>> old = iris.atomic_sub(counter, 1, cur_rank, peer, heap_bases)
     """
+    start = tracing.begin(heap_bases)
     remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_sub")
-    return tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
+    old = tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
+    tracing.end(heap_bases, start, tracing.ATOMIC_SUB, to_rank, pointer, mask, 0, pid_m, pid_n)
+    return old
 
 
 @triton.jit
@@ -176,14 +198,19 @@ def atomic_xchg(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    pid_m=-1,
+    pid_n=-1,
 ):
     """Atomically swap in ``val`` at ``to_rank``'s copy of ``pointer``; returns the old value.
 
     Example:
         >>> old = iris.atomic_xchg(slot, 7, cur_rank, peer, heap_bases)
     """
+    start = tracing.begin(heap_bases)
     remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_xchg")
-    return tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
+    old = tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
+    tracing.end(heap_bases, start, tracing.ATOMIC_XCHG, to_rank, pointer, mask, 0, pid_m, pid_n)
+    return old
 
 
 @triton.jit
@@ -196,14 +223,19 @@ def atomic_xor(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    pid_m=-1,
+    pid_n=-1,
 ):
     """Atomic bitwise xor at ``to_rank``'s copy of ``pointer``; returns the old value.
 
     Example:
         >>> old = iris.atomic_xor(bits, 0b1010, cur_rank, peer, heap_bases)
     """
+    start = tracing.begin(heap_bases)
     remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_xor")
-    return tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
+    old = tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
+    tracing.end(heap_bases, start, tracing.ATOMIC_XOR, to_rank, pointer, mask, 0, pid_m, pid_n)
+    return old
 
 
 @triton.jit
@@ -216,14 +248,19 @@ def atomic_and(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    pid_m=-1,
+    pid_n=-1,
 ):
     """Atomic bitwise and at ``to_rank``'s copy of ``pointer``; returns the old value.
 
     Example:
         >>> old = iris.atomic_and(bits, 0xF0, cur_rank, peer, heap_bases)
     """
+    start = tracing.begin(heap_bases)
     remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_and")
-    return tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
+    old = tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
+    tracing.end(heap_bases, start, tracing.ATOMIC_AND, to_rank, pointer, mask, 0, pid_m, pid_n)
+    return old
 
 
 @triton.jit
@@ -236,14 +273,19 @@ def atomic_or(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    pid_m=-1,
+    pid_n=-1,
 ):
     """Atomic bitwise or at ``to_rank``'s copy of ``pointer``; returns the old value.
 
     Example:
         >>> old = iris.atomic_or(bits, 1 << cur_rank, cur_rank, peer, heap_bases)
     """
+    start = tracing.begin(heap_bases)
     remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_or")
-    return tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
+    old = tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
+    tracing.end(heap_bases, start, tracing.ATOMIC_OR, to_rank, pointer, mask, 0, pid_m, pid_n)
+    return old
 
 
 @triton.jit
@@ -256,14 +298,19 @@ def atomic_min(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    pid_m=-1,
+    pid_n=-1,
 ):
     """Atomic minimum at ``to_rank``'s copy of ``pointer``; returns the old value.
 
     Example:
         >>> old = iris.atomic_min(best, candidate, cur_rank, 0, heap_bases)
     """
+    start = tracing.begin(heap_bases)
     remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_min")
-    return tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
+    old = tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
+    tracing.end(heap_bases, start, tracing.ATOMIC_MIN, to_rank, pointer, mask, 0, pid_m, pid_n)
+    return old
 
 
 @triton.jit
@@ -276,14 +323,19 @@ def atomic_max(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    pid_m=-1,
+    pid_n=-1,
 ):
     """Atomic maximum at ``to_rank``'s copy of ``pointer``; returns the old value.
 
     Example:
         >>> old = iris.atomic_max(best, candidate, cur_rank, 0, heap_bases)
     """
+    start = tracing.begin(heap_bases)
     remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_max")
-    return tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
+    old = tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
+    tracing.end(heap_bases, start, tracing.ATOMIC_MAX, to_rank, pointer, mask, 0, pid_m, pid_n)
+    return old
 
 
 @triton.jit
@@ -296,14 +348,19 @@ def atomic_cas(
     heap_bases,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    pid_m=-1,
+    pid_n=-1,
 ):
     """Compare-and-swap at ``to_rank``'s copy of ``pointer``; returns the old value.
 
     Example:
         >>> old = iris.atomic_cas(lock, 0, 1, cur_rank, peer, heap_bases)
     """
+    start = tracing.begin(heap_bases)
     remote = translate(pointer, from_rank, to_rank, heap_bases, None, "iris.atomic_cas")
-    return tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
+    old = tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
+    tracing.end(heap_bases, start, tracing.ATOMIC_CAS, to_rank, pointer, None, val, pid_m, pid_n)
+    return old
 
 
 @triton.jit
@@ -315,6 +372,8 @@ def signal(
     heap_bases,
     op: tl.constexpr = tl.constexpr("set"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    pid_m=-1,
+    pid_n=-1,
 ):
     """Set (``op="set"``) or add to (``op="add"``) a flag on ``to_rank``, after this program's writes.
 
@@ -326,6 +385,7 @@ def signal(
         >>> iris.signal(flag, 1, cur_rank, peer, heap_bases)
     """
     tl.static_assert(op == "set" or op == "add", "signal op must be 'set' or 'add'")
+    start = tracing.begin(heap_bases)
     remote = translate(pointer, from_rank, to_rank, heap_bases, None, "iris.signal")
     # The barrier makes every thread's earlier stores precede the release below.
     tl.debug_barrier()
@@ -333,6 +393,7 @@ def signal(
         tl.atomic_xchg(remote, value, sem="release", scope=scope)
     else:
         tl.atomic_add(remote, value, sem="release", scope=scope)
+    tracing.end(heap_bases, start, tracing.SIGNAL, to_rank, pointer, None, value, pid_m, pid_n)
 
 
 @triton.jit
@@ -354,21 +415,36 @@ def _satisfied(seen, cmp: tl.constexpr, value):
 
 
 @triton.jit
-def wait_until(pointer, cmp: tl.constexpr, value, scope: tl.constexpr = tl.constexpr("sys")):
+def wait_until(
+    pointer,
+    cmp: tl.constexpr,
+    value,
+    scope: tl.constexpr = tl.constexpr("sys"),
+    heap_bases=None,
+    pid_m=-1,
+    pid_n=-1,
+):
     """Spin until the local flag at ``pointer`` satisfies ``flag <cmp> value``; returns the flag.
 
     ``cmp`` is one of ``"eq"``, ``"ne"``, ``"gt"``, ``"ge"``, ``"lt"``, ``"le"``. The
     read is an acquire, followed by a CTA barrier, so everything the signalling
     rank wrote before its :func:`signal` is visible to the whole program afterwards.
+    Pass ``heap_bases`` for the wait to appear in traces (the stalls tracing measures).
 
     Example:
-        >>> iris.wait_until(flag, "ge", round + 1)
+        >>> iris.wait_until(flag, "ge", round + 1, heap_bases=heap_bases)
         >>> data = tl.load(buf + offs)
     """
-    start = hw.spin_start()
+    if heap_bases is not None:
+        start = tracing.begin(heap_bases)
+    spin_started = hw.spin_start()
     seen = hw.load_acquire(pointer, scope)
     while not _satisfied(seen, cmp, value):
-        hw.spin_check(start, pointer, seen, value, "iris.wait_until")
+        hw.spin_check(spin_started, pointer, seen, value, "iris.wait_until")
         seen = hw.load_acquire(pointer, scope)
     tl.debug_barrier()
+    if heap_bases is not None:
+        tracing.end(
+            heap_bases, start, tracing.WAIT_UNTIL, tl.load(heap_bases - 2), pointer, None, seen, pid_m, pid_n
+        )
     return seen

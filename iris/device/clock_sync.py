@@ -1,0 +1,36 @@
+"""Ping-pong kernels that measure one GPU's %globaltimer against another's.
+
+The reference rank stamps t0 and raises a flag on the peer; the peer, spinning
+on its own memory, stamps t1 when it sees the flag and t2 just before raising a
+flag back; the reference stamps t3 when it sees that. With symmetric links,
+``offset = ((t1 - t0) + (t2 - t3)) / 2`` is the peer clock minus the reference
+clock and ``(t3 - t0) - (t2 - t1)`` the round trip (see ``iris_trace.clock``).
+"""
+
+import triton
+import triton.language as tl
+
+from . import intrinsics as hw
+from . import rma
+
+
+@triton.jit
+def ping_kernel(ping, pong, stamps, rounds, cur_rank, peer, heap_bases):
+    for k in range(rounds):
+        t0 = hw.timer_ns()
+        rma.signal(ping, k + 1, cur_rank, peer, heap_bases)
+        rma.wait_until(pong, "ge", k + 1)
+        t3 = hw.timer_ns()
+        tl.store(stamps + 4 * k + 0, t0)
+        tl.store(stamps + 4 * k + 3, t3)
+
+
+@triton.jit
+def pong_kernel(ping, pong, stamps, rounds, cur_rank, reference, heap_bases):
+    for k in range(rounds):
+        rma.wait_until(ping, "ge", k + 1)
+        t1 = hw.timer_ns()
+        t2 = hw.timer_ns()
+        rma.signal(pong, k + 1, cur_rank, reference, heap_bases)
+        tl.store(stamps + 4 * k + 1, t1)
+        tl.store(stamps + 4 * k + 2, t2)

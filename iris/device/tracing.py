@@ -1,0 +1,206 @@
+"""Device-side tracing: every RMA op records one event into heap-resident buffers.
+
+**The switch.** Tracing is a compile-time property of a kernel, carried by the
+element type of ``heap_bases``: ``Iris.get_heap_bases()`` is a ``uint64`` tensor
+normally and an ``int64`` view of the same memory while tracing is enabled.
+Triton specialises kernels on argument dtypes, so enabling tracing makes the
+next launch compile a traced variant (no change at any call site), and a kernel
+launched with the plain tensor compiles to exactly the code it had before
+tracing existed. A traced variant still checks the run-time ``trace_enabled``
+flag, so launching it while the host has tracing disabled records nothing.
+
+**Where events go.** The context slots after ``heap_size`` (see
+``iris.device.context``) hold the tracing state; the buffers are on the
+symmetric heap. Events are spread over one region per SM: an op claims a slot
+with an atomic on its own SM's counter (no GPU-wide serialisation) and writes
+one 64-byte record; a full region counts the event as dropped instead.
+
+Record (8 x int64)::
+
+    0 start_ns   1 end_ns   2 address (heap offset of the lowest byte touched)
+    3 payload_bytes
+    4 event_id | cur_rank << 8 | target_rank << 24 | cu_id << 40 | xcc_id << 56
+    5 pid | op_index << 32          (op_index: sequence number within the SM)
+    6 pid_m | pid_n << 32           (tile coordinates, -1 when not given)
+    7 value                         (flag value waited for or signalled, else 0)
+"""
+
+import triton
+import triton.language as tl
+from triton.runtime.jit import constexpr_function
+
+from . import intrinsics as hw
+
+# Event kinds (``event_id``); user scopes are SCOPE_BASE + scope.
+LOAD: tl.constexpr = tl.constexpr(1)
+STORE: tl.constexpr = tl.constexpr(2)
+GET: tl.constexpr = tl.constexpr(3)
+PUT: tl.constexpr = tl.constexpr(4)
+COPY: tl.constexpr = tl.constexpr(5)
+ATOMIC_ADD: tl.constexpr = tl.constexpr(6)
+ATOMIC_SUB: tl.constexpr = tl.constexpr(7)
+ATOMIC_XCHG: tl.constexpr = tl.constexpr(8)
+ATOMIC_XOR: tl.constexpr = tl.constexpr(9)
+ATOMIC_AND: tl.constexpr = tl.constexpr(10)
+ATOMIC_OR: tl.constexpr = tl.constexpr(11)
+ATOMIC_MIN: tl.constexpr = tl.constexpr(12)
+ATOMIC_MAX: tl.constexpr = tl.constexpr(13)
+ATOMIC_CAS: tl.constexpr = tl.constexpr(14)
+SIGNAL: tl.constexpr = tl.constexpr(15)
+WAIT_UNTIL: tl.constexpr = tl.constexpr(16)
+SCOPE_BASE: tl.constexpr = tl.constexpr(64)
+
+# Tracing slots, counted from the first slot after heap_size in the context tensor.
+SLOT_ENABLED: tl.constexpr = tl.constexpr(0)
+SLOT_MAX_EVENTS: tl.constexpr = tl.constexpr(1)
+SLOT_REGION_CAPACITY: tl.constexpr = tl.constexpr(2)
+SLOT_NUM_REGIONS: tl.constexpr = tl.constexpr(3)
+SLOT_COUNTERS: tl.constexpr = tl.constexpr(4)
+SLOT_DROPPED: tl.constexpr = tl.constexpr(5)
+SLOT_RECORDS: tl.constexpr = tl.constexpr(6)
+#: int32 stride between per-SM counters: one 128-byte line each.
+COUNTER_STRIDE: tl.constexpr = tl.constexpr(32)
+RECORD_WORDS: tl.constexpr = tl.constexpr(8)
+
+
+@constexpr_function
+def compiled_in(heap_bases_type):
+    """True when ``heap_bases`` is the traced (int64) variant."""
+    return heap_bases_type.element_ty == tl.int64
+
+
+@constexpr_function
+def _is_block(pointer_type):
+    return pointer_type.is_block()
+
+
+@constexpr_function
+def _element_bytes(pointer_type):
+    element = pointer_type.element_ty if pointer_type.is_block() else pointer_type
+    return element.element_ty.primitive_bitwidth // 8
+
+
+@constexpr_function
+def _numel(pointer_type):
+    return pointer_type.numel if pointer_type.is_block() else 1
+
+
+@triton.jit
+def begin(heap_bases):
+    """Start timestamp of an op (a dead constant when tracing is compiled out)."""
+    if compiled_in(heap_bases.dtype):
+        return hw.timer_ns()
+    else:
+        return 0
+
+
+@triton.jit
+def _linear_pid():
+    return tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
+
+
+@triton.jit
+def _touched(ptr, mask, local_base):
+    """(heap offset of the lowest active byte, payload bytes) of an access."""
+    if _is_block(ptr.type):
+        addresses = ptr.to(tl.int64)
+        if mask is None:
+            lowest = tl.min(addresses)
+            count = _numel(ptr.type)
+        else:
+            active = mask != 0
+            lowest = tl.min(tl.where(active, addresses, 0x7FFFFFFFFFFFFFFF))
+            count = tl.sum(active.to(tl.int64))
+    else:
+        lowest = ptr.to(tl.int64)
+        count = 1
+    return lowest - local_base, count * _element_bytes(ptr.type)
+
+
+@triton.jit
+def end(heap_bases, start, event: tl.constexpr, target_rank, ptr, mask=None, value=0, pid_m=-1, pid_n=-1):
+    """Record one event that began at ``start`` (nothing when compiled out or disabled)."""
+    if compiled_in(heap_bases.dtype):
+        world_size = tl.load(heap_bases - 1)
+        slots = heap_bases + world_size + 1
+        if tl.load(slots + SLOT_ENABLED) != 0:
+            stop = hw.timer_ns()
+            cur_rank = tl.load(heap_bases - 2)
+            offset, nbytes = _touched(ptr, mask, tl.load(heap_bases + cur_rank))
+            _write(slots, start, stop, event, cur_rank, target_rank, offset, nbytes, value, pid_m, pid_n)
+
+
+@triton.jit
+def _write(
+    slots, start, stop, event: tl.constexpr, cur_rank, target_rank, offset, nbytes, value, pid_m, pid_n
+):
+    capacity = tl.load(slots + SLOT_REGION_CAPACITY)
+    sm = hw.sm_id()
+    region = sm % tl.load(slots + SLOT_NUM_REGIONS)
+    counters = tl.load(slots + SLOT_COUNTERS).to(tl.pointer_type(tl.int32))
+    index = tl.atomic_add(counters + region * COUNTER_STRIDE, 1, sem="relaxed", scope="gpu")
+    if index < capacity:
+        records = tl.load(slots + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
+        ident = (
+            event
+            | (cur_rank.to(tl.int64) << 8)
+            | ((tl.cast(target_rank, tl.int64) & 0xFFFF) << 24)
+            | ((sm.to(tl.int64) & 0xFFFF) << 40)
+        )
+        where = (_linear_pid().to(tl.int64) & 0xFFFFFFFF) | (index.to(tl.int64) << 32)
+        tile = (tl.cast(pid_m, tl.int64) & 0xFFFFFFFF) | (tl.cast(pid_n, tl.int64) << 32)
+        word = tl.arange(0, RECORD_WORDS)
+        record = tl.where(
+            word == 0,
+            tl.cast(start, tl.int64),
+            tl.where(
+                word == 1,
+                tl.cast(stop, tl.int64),
+                tl.where(
+                    word == 2,
+                    tl.cast(offset, tl.int64),
+                    tl.where(
+                        word == 3,
+                        tl.cast(nbytes, tl.int64),
+                        tl.where(
+                            word == 4,
+                            ident,
+                            tl.where(word == 5, where, tl.where(word == 6, tile, tl.cast(value, tl.int64))),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        tl.store(records + (region.to(tl.int64) * capacity + index) * RECORD_WORDS + word, record)
+    else:
+        dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))
+        tl.atomic_add(dropped + region * COUNTER_STRIDE, 1, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def trace_begin(heap_bases):
+    """Open a compute scope; returns its start time (pass it to :func:`trace_end`).
+
+    Example:
+        >>> t = iris.trace_begin(heap_bases)
+        >>> acc = tl.dot(a, b, acc)
+        >>> iris.trace_end(heap_bases, t, scope=0, pid_m=pid_m, pid_n=pid_n)
+    """
+    return begin(heap_bases)
+
+
+@triton.jit
+def trace_end(heap_bases, start, scope: tl.constexpr = 0, pid_m=-1, pid_n=-1):
+    """Close a compute scope opened by :func:`trace_begin`; it is recorded as event ``64 + scope``.
+
+    Name scopes on the host with ``ctx.tracing.name_scope(scope, "gemm")``.
+
+    Example:
+        >>> iris.trace_end(heap_bases, t, scope=1)
+    """
+    if compiled_in(heap_bases.dtype):
+        world_size = tl.load(heap_bases - 1)
+        slots = heap_bases + world_size + 1
+        if tl.load(slots + SLOT_ENABLED) != 0:
+            cur_rank = tl.load(heap_bases - 2)
+            _write(slots, start, hw.timer_ns(), SCOPE_BASE + scope, cur_rank, -1, -1, 0, 0, pid_m, pid_n)

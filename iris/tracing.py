@@ -1,0 +1,237 @@
+"""Host side of tracing: ``ctx.tracing.enable()``, ``events()``, ``collect()``.
+
+``enable`` allocates the trace buffers on the symmetric heap, measures every
+GPU's clock against rank 0's, fills the tracing slots of the context tensor and
+switches ``get_heap_bases()`` / ``get_device_context()`` to their traced views
+(see ``iris.device.tracing`` for why that is all a kernel needs). ``collect``
+measures the clocks again, so each rank gets an offset and a drift, and brings
+every rank's events together.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from iris_trace.events import decode_records
+from iris_trace.trace import RankTrace, Trace
+
+from .device import tracing as device_tracing
+from .device.clock_sync import ping_kernel, pong_kernel
+from .device.context import HEADER_SLOTS
+
+COUNTER_STRIDE = int(device_tracing.COUNTER_STRIDE)
+RECORD_WORDS = int(device_tracing.RECORD_WORDS)
+
+
+class Tracing:
+    """Per-rank tracing control, reached as ``ctx.tracing``.
+
+    Example:
+        >>> ctx.tracing.enable(max_events=1 << 20)
+        >>> kernel[grid](buf, ctx.get_rank(), ctx.get_heap_bases())   # unchanged kernel, now traced
+        >>> trace = ctx.tracing.collect()                             # rank 0: every rank, aligned
+    """
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+        self.enabled = False
+        self.max_events = 0
+        self.scope_names: dict[int, str] = {}
+        self._regions = ctx.get_cu_count()
+        self._capacity = 0
+        self._counters = self._dropped = self._records = None
+        self._ping = self._pong = None
+        self._sync_enable: np.ndarray | None = None
+        self._sync_rounds = 16 if ctx.backend.interpreted else 200
+
+    # ------------------------------------------------------------------ control
+    def enable(self, max_events: int = 1 << 20) -> None:
+        """Start recording every device op of every rank (collective).
+
+        ``max_events`` is this rank's buffer size; it is split evenly over the
+        GPU's SMs, and events beyond a full SM region are counted as dropped.
+        Buffers persist on the heap; enabling again with a larger size allocates more.
+
+        Example:
+            >>> ctx.tracing.enable(max_events=100_000)
+        """
+        if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
+            raise ValueError(f"iris: max_events must be a positive int, got {max_events!r}")
+        sizes = self._ctx._comm.all_gather_object(max_events)
+        if len(set(sizes)) != 1:
+            raise ValueError(f"iris: tracing.enable(max_events=...) must match on every rank, got {sizes}")
+        capacity = -(-max_events // self._regions)
+        if capacity > self._capacity:
+            self._allocate(capacity)
+        self.max_events = max_events
+        self.reset()
+        self._sync_enable = self._sync_clocks()
+        self._write_slots(enabled=1)
+        self.enabled = True
+
+    def disable(self) -> None:
+        """Stop recording; kernels launched afterwards compile and run without tracing.
+
+        Example:
+            >>> ctx.tracing.disable()
+        """
+        if self._records is not None:
+            self._write_slots(enabled=0)
+        self.enabled = False
+
+    def reset(self) -> None:
+        """Forget the events recorded so far on this rank.
+
+        Example:
+            >>> ctx.tracing.reset()
+        """
+        if self._counters is not None:
+            self._counters.zero_()
+            self._dropped.zero_()
+
+    def name_scope(self, scope: int, name: str) -> None:
+        """Name the compute scope ``scope`` of :func:`iris.trace_end` in traces and reports.
+
+        Example:
+            >>> ctx.tracing.name_scope(0, "gemm tile")
+        """
+        self.scope_names[int(scope)] = str(name)
+
+    # ------------------------------------------------------------------ reading
+    def events(self) -> np.ndarray:
+        """This rank's events as a numpy structured array (``iris_trace.events.EVENT_DTYPE``).
+
+        Timestamps are this GPU's own clock; :meth:`collect` aligns them across ranks.
+
+        Example:
+            >>> ev = ctx.tracing.events()
+            >>> (ev["event_id"] == 4).sum()   # puts
+        """
+        self._require_buffers()
+        self._ctx.backend.synchronize(self._ctx.device)
+        counts = self._counters.view(self._regions, COUNTER_STRIDE)[:, 0].cpu().numpy()
+        return decode_records(self._records.cpu().numpy(), counts, self._capacity)
+
+    def dropped(self) -> int:
+        """Events this rank could not record because their SM's region was full.
+
+        Example:
+            >>> assert ctx.tracing.dropped() == 0
+        """
+        self._require_buffers()
+        self._ctx.backend.synchronize(self._ctx.device)
+        return int(self._dropped.view(self._regions, COUNTER_STRIDE)[:, 0].sum().item())
+
+    def collect(self, directory: str | None = None):
+        """Bring every rank's events and clock samples together (collective).
+
+        Without ``directory``: returns an ``iris_trace.Trace`` on rank 0 (``None``
+        elsewhere) with all timestamps on rank 0's clock. With ``directory``:
+        every rank writes ``directory/rank<N>.npz`` and returns its path, for
+        ``iris-trace merge`` later.
+
+        Example:
+            >>> trace = ctx.tracing.collect()
+            >>> if trace is not None:
+            ...     print(len(trace.events), trace.clock_fits[1].residual_ns)
+        """
+        self._require_buffers()
+        if self._sync_enable is None:
+            raise RuntimeError("iris: tracing was never enabled, so there are no clock samples to align with")
+        rank_trace = self._rank_trace(sync_collect=self._sync_clocks())
+        if directory is not None:
+            return rank_trace.save(f"{directory}/rank{rank_trace.rank}.npz")
+        gathered = [None] * self._ctx.num_ranks if self._ctx.cur_rank == 0 else None
+        dist.gather_object(rank_trace, gathered, dst=0, group=self._ctx._comm.control_group)
+        return Trace(gathered) if self._ctx.cur_rank == 0 else None
+
+    def export(self, directory: str):
+        """Collect (collective) and write one ``rank<N>.npz`` per rank into ``directory``.
+
+        Returns the merged ``iris_trace.Trace`` on rank 0 and ``None`` elsewhere.
+
+        Example:
+            >>> ctx.tracing.export("traces/")
+        """
+        trace = self.collect()
+        if trace is not None:
+            trace.save(directory)
+        return trace
+
+    # ------------------------------------------------------------------ internals
+    def _require_buffers(self) -> None:
+        if self._records is None:
+            raise RuntimeError("iris: tracing was never enabled on this context (call ctx.tracing.enable())")
+
+    def _allocate(self, capacity: int) -> None:
+        ctx = self._ctx
+        self._capacity = capacity
+        self._counters = ctx.zeros(self._regions * COUNTER_STRIDE, dtype=torch.int32)
+        self._dropped = ctx.zeros(self._regions * COUNTER_STRIDE, dtype=torch.int32)
+        self._records = ctx.zeros(self._regions * capacity * RECORD_WORDS, dtype=torch.int64)
+        if self._ping is None:
+            self._ping = ctx.zeros(1, dtype=torch.int32)
+            self._pong = ctx.zeros(1, dtype=torch.int32)
+
+    def _write_slots(self, enabled: int) -> None:
+        ctx = self._ctx
+        first = HEADER_SLOTS + ctx.num_ranks + 1
+        values = {
+            int(device_tracing.SLOT_ENABLED): enabled,
+            int(device_tracing.SLOT_MAX_EVENTS): self.max_events,
+            int(device_tracing.SLOT_REGION_CAPACITY): self._capacity,
+            int(device_tracing.SLOT_NUM_REGIONS): self._regions,
+            int(device_tracing.SLOT_COUNTERS): self._counters.data_ptr(),
+            int(device_tracing.SLOT_DROPPED): self._dropped.data_ptr(),
+            int(device_tracing.SLOT_RECORDS): self._records.data_ptr(),
+        }
+        slots = torch.tensor([values[k] for k in sorted(values)], dtype=torch.int64)
+        ctx._device_context[first : first + len(values)].copy_(slots)
+
+    def _sync_clocks(self) -> np.ndarray:
+        """Ping-pong stamps ``(world, rounds, 4)`` of every rank against rank 0 (collective)."""
+        ctx, rounds = self._ctx, self._sync_rounds
+        rank, world = ctx.cur_rank, ctx.num_ranks
+        samples = np.zeros((world, rounds, 4), dtype=np.int64)
+        stamps = torch.zeros(rounds * 4, dtype=torch.int64, device=ctx.device)
+        for peer in range(1, world):
+            self._ping.zero_()
+            self._pong.zero_()
+            stamps.zero_()
+            ctx.barrier()
+            # The sync itself is never traced: it uses the plain heap_bases view.
+            if rank == 0:
+                ping_kernel[(1,)](
+                    self._ping, self._pong, stamps, rounds, 0, peer, ctx.heap_bases, num_warps=1
+                )
+            elif rank == peer:
+                pong_kernel[(1,)](
+                    self._ping, self._pong, stamps, rounds, peer, 0, ctx.heap_bases, num_warps=1
+                )
+            ctx.barrier()
+            mine = stamps.cpu().numpy().reshape(rounds, 4) if rank in (0, peer) else None
+            both = ctx._comm.all_gather_object(mine)
+            samples[peer][:, [0, 3]] = both[0][:, [0, 3]]
+            samples[peer][:, [1, 2]] = both[peer][:, [1, 2]]
+        return samples
+
+    def _rank_trace(self, sync_collect: np.ndarray) -> RankTrace:
+        ctx = self._ctx
+        device = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "emulated (CPU)"
+        return RankTrace(
+            rank=ctx.cur_rank,
+            world_size=ctx.num_ranks,
+            events=self.events(),
+            sync_enable=self._sync_enable,
+            sync_collect=sync_collect,
+            dropped=self.dropped(),
+            device=device,
+            heap_size=ctx.heap_size,
+            num_sms=self._regions,
+            scope_names=dict(self.scope_names),
+            command=" ".join(sys.argv),
+        )

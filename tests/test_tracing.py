@@ -1,0 +1,248 @@
+"""Tracing: exact events for known kernels, overflow accounting, on/off, collection, alignment."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import iris
+from iris_trace.events import EVENT_NAMES
+from iris_trace.trace import Trace, TraceFileError
+
+ID = {name: event_id for event_id, name in EVENT_NAMES.items()}
+N, BLOCK = 50, 64
+
+
+@triton.jit
+def put_blocks(src, dst, n, k, cur_rank, world_size, heap_bases, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    for _ in range(k):
+        for j in range(1, world_size):
+            peer = (cur_rank + j) % world_size
+            iris.put(src + offsets, dst + offsets, cur_rank, peer, heap_bases, mask=offsets < n)
+
+
+@triton.jit
+def every_op(buf, flag, cur_rank, world_size, heap_bases):
+    peer = (cur_rank + 1) % world_size
+    offsets = tl.arange(0, 4)
+    value = iris.load(buf + offsets, cur_rank, peer, heap_bases)
+    iris.store(buf + 4 + offsets, value, cur_rank, peer, heap_bases)
+    iris.get(buf + offsets, buf + 8 + offsets, peer, cur_rank, heap_bases)
+    iris.put(buf + offsets, buf + 12 + offsets, cur_rank, peer, heap_bases)
+    iris.copy(buf + offsets, buf + 16 + offsets, peer, cur_rank, cur_rank, heap_bases)
+    iris.atomic_add(buf + 20, 1, cur_rank, peer, heap_bases)
+    iris.atomic_sub(buf + 20, 1, cur_rank, peer, heap_bases)
+    iris.atomic_xchg(buf + 21, 1, cur_rank, peer, heap_bases)
+    iris.atomic_xor(buf + 21, 1, cur_rank, peer, heap_bases)
+    iris.atomic_and(buf + 21, 1, cur_rank, peer, heap_bases)
+    iris.atomic_or(buf + 21, 1, cur_rank, peer, heap_bases)
+    iris.atomic_min(buf + 21, 1, cur_rank, peer, heap_bases)
+    iris.atomic_max(buf + 21, 1, cur_rank, peer, heap_bases)
+    iris.atomic_cas(buf + 21, 1, 1, cur_rank, peer, heap_bases)
+    iris.signal(flag, 7, cur_rank, cur_rank, heap_bases)
+    iris.wait_until(flag, "eq", 7, heap_bases=heap_bases)
+
+
+@triton.jit
+def tiled_context_kernel(context, buf, rank: tl.constexpr, world_size: tl.constexpr):
+    ctx = iris.DeviceContext.initialize(context, rank, world_size)
+    ctx = ctx.with_tile(tl.program_id(0), 5)
+    start = ctx.trace_begin()
+    offsets = tl.arange(0, 16)
+    ctx.store(buf + offsets, offsets, (rank + 1) % world_size)
+    ctx.trace_end(start, scope=2)
+
+
+@triton.jit
+def ping_pong_rounds(data, flag, ack, rounds, cur_rank, heap_bases, BLOCK: tl.constexpr):
+    # rank 0 puts then signals; rank 1 waits, then acknowledges so rank 0 may reuse the buffer.
+    offsets = tl.arange(0, BLOCK)
+    for step in range(rounds):
+        if cur_rank == 0:
+            iris.wait_until(ack, "ge", step, heap_bases=heap_bases)
+            iris.put(data + offsets, data + offsets, 0, 1, heap_bases)
+            iris.signal(flag, step + 1, 0, 1, heap_bases)
+        else:
+            iris.wait_until(flag, "ge", step + 1, heap_bases=heap_bases)
+            iris.signal(ack, step + 1, 1, 0, heap_bases)
+
+
+def _counts_body(rank, world_size, programs, k):
+    with iris.iris(1 << 22) as ctx:
+        src, dst = ctx.randn(BLOCK), ctx.zeros(BLOCK)
+        ctx.tracing.enable(max_events=4096)
+        put_blocks[(programs,)](src, dst, N, k, rank, world_size, ctx.get_heap_bases(), BLOCK=BLOCK)
+        ev = ctx.tracing.events()
+        assert ctx.tracing.dropped() == 0
+        assert len(ev) == programs * k * (world_size - 1)
+        assert (ev["event_id"] == ID["put"]).all() and (ev["cur_rank"] == rank).all()
+        assert (ev["payload_bytes"] == N * 4).all()
+        assert (ev["address"] == ctx.heap.offset_of(dst)).all()
+        assert (ev["end_ns"] >= ev["start_ns"]).all()
+        for pid in range(programs):
+            mine = ev[ev["pid"] == pid]
+            assert len(mine) == k * (world_size - 1)
+            targets = sorted(mine["target_rank"].tolist())
+            assert targets == sorted([(rank + j) % world_size for j in range(1, world_size)] * k)
+            assert (mine["cu_id"] == pid % ctx.get_cu_count()).all()
+        if world_size > 1:
+            per_sm = {(e["cu_id"], e["op_index"]) for e in ev}
+            assert len(per_sm) == len(ev), "op_index must be unique within an SM"
+
+
+def test_put_events_are_exact(world):
+    world.run(_counts_body, 3, 2)
+
+
+def _every_op_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        buf = ctx.zeros(32, dtype=torch.int32)
+        flag = ctx.zeros(1, dtype=torch.int32)
+        ctx.tracing.enable(max_events=1024)
+        ctx.barrier()
+        every_op[(1,)](buf, flag, rank, world_size, ctx.get_heap_bases())
+        ev = ctx.tracing.events()
+        names = [EVENT_NAMES[i] for i in ev["event_id"]]
+        assert names == [EVENT_NAMES[i] for i in range(1, 17)]  # one event per op, in program order
+        assert ev[names.index("load")]["payload_bytes"] == 16
+        assert ev[names.index("atomic_add")]["payload_bytes"] == 4
+        assert ev[names.index("signal")]["value"] == 7
+        assert ev[names.index("wait_until")]["value"] == 7
+        assert ev[names.index("wait_until")]["address"] == ctx.heap.offset_of(flag)
+        assert ev[names.index("copy")]["target_rank"] == rank
+        ctx.barrier()
+
+
+def test_every_op_records_its_kind(world):
+    world.run(_every_op_body)
+
+
+def _tile_and_scope_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        buf = ctx.zeros(16, dtype=torch.int32)
+        ctx.tracing.enable(max_events=1024)
+        ctx.tracing.name_scope(2, "compute")
+        ctx.barrier()
+        tiled_context_kernel[(3,)](ctx.get_device_context(), buf, rank=rank, world_size=world_size)
+        ev = ctx.tracing.events()
+        stores, scopes = ev[ev["event_id"] == ID["store"]], ev[ev["event_id"] == 64 + 2]
+        assert len(stores) == 3 and len(scopes) == 3
+        assert sorted(stores["pid_m"].tolist()) == [0, 1, 2] and (stores["pid_n"] == 5).all()
+        assert sorted(scopes["pid_m"].tolist()) == [0, 1, 2] and (scopes["target_rank"] == -1).all()
+        for store, scope in zip(np.sort(stores, order="pid_m"), np.sort(scopes, order="pid_m")):
+            assert scope["start_ns"] <= store["start_ns"] and store["end_ns"] <= scope["end_ns"]
+        ctx.barrier()
+
+
+def test_device_context_records_tiles_and_user_scopes(world):
+    world.run(_tile_and_scope_body)
+
+
+def _overflow_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        src, dst = ctx.randn(BLOCK), ctx.zeros(BLOCK)
+        regions = ctx.get_cu_count()
+        ctx.tracing.enable(max_events=2 * regions)  # two slots per SM region
+        put_blocks[(1,)](src, dst, N, 10, rank, 2, ctx.get_heap_bases(), BLOCK=BLOCK)
+        assert len(ctx.tracing.events()) == 2
+        assert ctx.tracing.dropped() == 8
+        ctx.tracing.reset()
+        assert len(ctx.tracing.events()) == 0 and ctx.tracing.dropped() == 0
+        ctx.barrier()
+
+
+def test_full_buffers_count_dropped_events(multi_world):
+    multi_world.run(_overflow_body)
+
+
+def _off_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        src, dst = ctx.randn(BLOCK), ctx.zeros(BLOCK)
+        with pytest.raises(RuntimeError, match="never enabled"):
+            ctx.tracing.events()
+        untraced = ctx.get_heap_bases()
+        assert untraced.dtype == torch.uint64
+        ctx.tracing.enable(max_events=1024)
+        traced = ctx.get_heap_bases()
+        assert traced.dtype == torch.int64 and traced.data_ptr() == untraced.data_ptr()
+        put_blocks[(1,)](src, dst, N, 1, rank, world_size, untraced, BLOCK=BLOCK)
+        assert len(ctx.tracing.events()) == 0, "a kernel launched with the plain heap_bases is not traced"
+        ctx.tracing.disable()
+        assert ctx.get_heap_bases().dtype == torch.uint64
+        put_blocks[(1,)](src, dst, N, 1, rank, world_size, traced, BLOCK=BLOCK)
+        assert len(ctx.tracing.events()) == 0, "a traced kernel writes nothing while tracing is disabled"
+        ctx.barrier()
+
+
+def test_disabled_tracing_records_nothing(world):
+    world.run(_off_body)
+
+
+def _collect_body(rank, world_size, directory):
+    with iris.iris(1 << 22) as ctx:
+        src, dst = ctx.randn(BLOCK), ctx.zeros(BLOCK)
+        ctx.tracing.enable(max_events=1024)
+        put_blocks[(2,)](src, dst, N, 1, rank, world_size, ctx.get_heap_bases(), BLOCK=BLOCK)
+        ctx.barrier()
+        trace = ctx.tracing.collect()
+        path = ctx.tracing.collect(directory)
+        assert os.path.exists(path)
+        if rank != 0:
+            assert trace is None
+            return None
+        assert trace.world_size == world_size and trace.dropped == [0] * world_size
+        assert len(trace.events) == world_size * 2 * (world_size - 1)
+        ranks_seen = sorted(set(trace.events["cur_rank"].tolist()))
+        assert ranks_seen == (list(range(world_size)) if world_size > 1 else [])
+        assert len(trace.clock_fits) == world_size
+        return len(trace.events)
+
+
+def test_collect_gathers_every_rank(world, tmp_path):
+    counts = world.run(_collect_body, str(tmp_path))
+    files = sorted(str(p) for p in tmp_path.glob("rank*.npz"))
+    assert len(files) == world.world_size
+    merged = Trace.from_files(files)
+    assert len(merged.events) == counts[0]
+
+
+def test_merging_rejects_incomplete_or_foreign_files(world, tmp_path):
+    world.run(_collect_body, str(tmp_path))
+    files = sorted(str(p) for p in tmp_path.glob("rank*.npz"))
+    if world.world_size > 1:
+        with pytest.raises(TraceFileError, match=r"no trace for rank\(s\) \[1"):
+            Trace.from_files([files[0]])
+    bad = tmp_path / "broken.npz"
+    bad.write_bytes(b"not a zip file")
+    with pytest.raises(TraceFileError, match="broken.npz"):
+        Trace.from_files([str(bad)])
+    with pytest.raises(TraceFileError, match="no such trace file"):
+        Trace.from_files([str(tmp_path / "missing.npz")])
+
+
+def _alignment_body(rank, world_size, rounds):
+    with iris.iris(1 << 22) as ctx:
+        data, flag, ack = ctx.randn(BLOCK), ctx.zeros(1, dtype=torch.int32), ctx.zeros(1, dtype=torch.int32)
+        ctx.tracing.enable(max_events=8 * rounds * ctx.get_cu_count())
+        if rank < 2:
+            ping_pong_rounds[(1,)](data, flag, ack, rounds, rank, ctx.get_heap_bases(), BLOCK=BLOCK)
+        ctx.barrier()
+        trace = ctx.tracing.collect()
+        if trace is None:
+            return None
+        ev = trace.events
+        signals = np.sort(ev[(ev["cur_rank"] == 0) & (ev["event_id"] == ID["signal"])], order="value")
+        waits = np.sort(ev[(ev["cur_rank"] == 1) & (ev["event_id"] == ID["wait_until"])], order="value")
+        assert len(signals) == len(waits) == rounds
+        late = waits["end_ns"] - signals["start_ns"]
+        return int(late.min()), trace.clock_fits[1].residual_ns, trace.clock_fits[1].rtt_ns
+
+
+def test_aligned_waits_end_after_the_signal_that_released_them(multi_world):
+    rounds = 1000 if iris.BACKEND == "cuda" else 50
+    min_gap, residual, rtt = multi_world.run(_alignment_body, rounds)[0]
+    assert min_gap > 0, f"a wait ended {-min_gap} ns before its signal started (residual {residual} ns)"

@@ -43,7 +43,7 @@ def write_report(report: dict, path: str | None, world_size: int) -> None:
     report.update(
         {
             "command": f"python -m iris.run -n {world_size} " + " ".join(sys.argv),
-            "device": torch.cuda.get_device_name(),
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "emulated (CPU)",
             "torch": torch.__version__,
             "triton": triton.__version__,
             "python": platform.python_version(),

@@ -23,7 +23,7 @@ def producer(messages, inbox, ready, ack, n, rounds, cur_rank, consumer, heap_ba
     offsets = tl.arange(0, BLOCK)
     mask = offsets < n
     for step in range(rounds):
-        iris.wait_until(ack, "ge", step)  # the consumer has read the previous round
+        iris.wait_until(ack, "ge", step, heap_bases=heap_bases)  # the consumer has read the previous round
         iris.put(messages + step * n + offsets, inbox + offsets, cur_rank, consumer, heap_bases, mask=mask)
         iris.signal(ready, step + 1, cur_rank, consumer, heap_bases)
 
@@ -35,7 +35,7 @@ def consumer(
     offsets = tl.arange(0, BLOCK)
     mask = offsets < n
     for step in range(rounds):
-        iris.wait_until(ready, "ge", step + 1)
+        iris.wait_until(ready, "ge", step + 1, heap_bases=heap_bases)
         tl.store(received + step * n + offsets, tl.load(inbox + offsets, mask=mask), mask=mask)
         iris.signal(ack, step + 1, cur_rank, producer_rank, heap_bases)
 

@@ -1,4 +1,14 @@
-"""Trace collection, clock alignment and analysis for Iris runs.
+"""Trace collection format, clock alignment, analysis and the ``iris-trace`` command line.
 
-Filled by the ``tracing:`` and ``exports:`` issues; nothing here yet.
+Importing it needs numpy only (no torch), so traces can be studied anywhere.
+
+Example:
+    >>> from iris_trace import Trace, analyze
+    >>> trace = Trace.from_files(["traces/rank0.npz", "traces/rank1.npz"])
+    >>> print(analyze(trace.events, trace.world_size).format_table())
 """
+
+from .analysis import Report, analyze, match_releasers
+from .trace import RankTrace, Trace, TraceFileError
+
+__all__ = ["RankTrace", "Report", "Trace", "TraceFileError", "analyze", "match_releasers"]

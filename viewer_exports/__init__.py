@@ -1,4 +1,12 @@
-"""Writers that turn merged Iris traces into Perfetto protobuf and Chrome JSON.
+"""Writers that turn a merged Iris trace into files viewers open.
 
-Filled by the ``exports:`` issue; nothing here yet.
+Example:
+    >>> from viewer_exports import write_chrome_json, write_perfetto
+    >>> write_perfetto(trace, "run.pftrace")      # ui.perfetto.dev
+    >>> write_chrome_json(trace, "run.json")      # chrome://tracing
 """
+
+from .chrome import write_chrome_json
+from .perfetto import write_perfetto
+
+__all__ = ["write_chrome_json", "write_perfetto"]

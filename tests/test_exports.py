@@ -1,0 +1,263 @@
+"""Exports: Perfetto protobuf and Chrome JSON parsed back and checked against the input events."""
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+import triton
+import triton.language as tl
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+import iris
+from iris_trace.events import EVENT_DTYPE
+from iris_trace.lanes import assign_lanes
+from iris_trace.trace import RankTrace, Trace
+from viewer_exports import wire
+from viewer_exports.chrome import write_chrome_json
+from viewer_exports.perfetto import write_perfetto
+
+PUT, SIGNAL, WAIT, SCOPE = 4, 15, 16, 64
+
+
+def make_events(rows):
+    """rows: (event_id, rank, target, cu, pid, start, end, address, bytes, value)."""
+    events = np.zeros(len(rows), EVENT_DTYPE)
+    for i, (event_id, rank, target, cu, pid, start, end, address, nbytes, value) in enumerate(rows):
+        events[i] = (event_id, rank, target, cu, 0, pid, -1, -1, i, start, end, address, nbytes, value)
+    return events
+
+
+def make_trace(rows, world=2, dropped=0):
+    events = make_events(rows)
+    sync = np.zeros((world, 4, 4), np.int64)
+    ranks = [
+        RankTrace(
+            r,
+            world,
+            events[events["cur_rank"] == r],
+            sync,
+            sync,
+            dropped=dropped,
+            device="Test GPU",
+            scope_names={0: "gemm"},
+            command="pytest",
+        )
+        for r in range(world)
+    ]
+    return Trace(ranks)
+
+
+# rank 0, SM 3: program 0 computes [0, 100) and inside it puts then signals rank 1;
+# program 1 on the same SM overlaps it, so it needs a second lane.
+# rank 1, SM 5: waits [5, 45) for the flag rank 0 signals at 30.
+ROWS = [
+    (SCOPE, 0, -1, 3, 0, 0, 100, -1, 0, 0),
+    (PUT, 0, 1, 3, 0, 10, 20, 256, 4096, 0),
+    (SIGNAL, 0, 1, 3, 0, 30, 40, 512, 4, 1),
+    (PUT, 0, 1, 3, 1, 50, 150, 1024, 8192, 0),
+    (WAIT, 1, 1, 5, 0, 5, 45, 512, 4, 1),
+    (PUT, 1, 0, 5, 0, 60, 60, 2048, 64, 0),  # zero length: an instant
+]
+
+
+def read_perfetto(path):
+    trace = pb.Trace()
+    with open(path, "rb") as f:
+        trace.ParseFromString(f.read())
+    return trace
+
+
+@pytest.fixture
+def exported(tmp_path):
+    trace = make_trace(ROWS, dropped=2)
+    path = str(tmp_path / "t.pftrace")
+    stats = write_perfetto(trace, path, chunk_events=2)  # tiny chunks: exercise chunk boundaries
+    return trace, read_perfetto(path), stats
+
+
+def test_wire_varints_parse_back_including_negatives():
+    values = np.array([0, 1, 127, 128, 2**40, -1, -(2**40)])
+    rows = wire.hstack([wire.key(4, wire.VARINT, len(values)), wire.varint(values)])
+    for row, value in zip(rows, values.tolist()):
+        annotation = pb.DebugAnnotation()
+        annotation.ParseFromString(bytes(row))
+        assert annotation.int_value == value
+
+
+def test_lanes_separate_overlapping_programs_only():
+    events = make_events(ROWS)
+    lanes = assign_lanes(events)
+    assert lanes.tolist() == [0, 0, 0, 1, 0, 0]
+    sequential = make_events([(PUT, 0, 1, 3, p, 10 * p, 10 * p + 5, 0, 4, 0) for p in range(4)])
+    assert assign_lanes(sequential).tolist() == [0, 0, 0, 0]
+
+
+def test_perfetto_tracks_name_ranks_and_sm_lanes(exported):
+    _, trace, _ = exported
+    names = {
+        p.track_descriptor.uuid: p.track_descriptor for p in trace.packet if p.HasField("track_descriptor")
+    }
+    processes = sorted(d.process.process_name for d in names.values() if d.HasField("process"))
+    assert processes == ["rank 0 · Test GPU", "rank 1 · Test GPU"]
+    lanes = sorted(d.name for d in names.values() if d.name.startswith("SM"))
+    assert lanes == ["SM 3", "SM 3 · lane 1", "SM 5"]
+
+
+def slices_by_track(trace):
+    """Replay begin/end packets per track (time order, file order on ties); check strict nesting."""
+    interned = {}
+    for packet in trace.packet:
+        for entry in packet.interned_data.event_names:
+            interned[entry.iid] = entry.name
+    events = [p for p in trace.packet if p.HasField("track_event")]
+    order = sorted(range(len(events)), key=lambda i: (events[i].timestamp, i))
+    stacks, slices = defaultdict(list), []
+    for i in order:
+        packet = events[i]
+        event = packet.track_event
+        if event.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
+            stacks[event.track_uuid].append((packet, interned[event.name_iid]))
+        elif event.type == pb.TrackEvent.TYPE_SLICE_END:
+            assert stacks[event.track_uuid], "an end without a begin"
+            begin, name = stacks[event.track_uuid].pop()
+            slices.append((name, begin, packet.timestamp - begin.timestamp))
+        elif event.type == pb.TrackEvent.TYPE_INSTANT and event.name_iid:
+            slices.append((interned[event.name_iid], packet, 0))
+    assert all(not stack for stack in stacks.values()), "a begin without an end"
+    return slices
+
+
+def test_perfetto_slices_nest_and_match_the_events(exported):
+    source, trace, stats = exported
+    slices = slices_by_track(trace)
+    assert stats["slices"] == len(slices) == len(ROWS)
+    assert sorted(name for name, _, _ in slices) == ["gemm", "put", "put", "put", "signal", "wait_until"]
+    durations = sorted(d for _, _, d in slices)
+    assert durations == sorted(e - s for *_, s, e, _, _, _ in ROWS)
+
+
+def test_perfetto_slice_args_carry_the_event_fields(exported):
+    _, trace, _ = exported
+    arg_names = {}
+    for packet in trace.packet:
+        for entry in packet.interned_data.debug_annotation_names:
+            arg_names[entry.iid] = entry.name
+    put = next(b for name, b, d in slices_by_track(trace) if name == "put" and d == 10)
+    args = {arg_names[a.name_iid]: a.int_value for a in put.track_event.debug_annotations}
+    assert args["target_rank"] == 1 and args["payload_bytes"] == 4096 and args["address"] == 256
+    assert args["pid"] == 0 and args["pid_m"] == -1 and args["cu_id"] == 3
+
+
+def test_perfetto_flow_goes_from_signal_to_the_wait_it_released(exported):
+    _, trace, stats = exported
+    by_name = {name: begin for name, begin, _ in slices_by_track(trace)}
+    out = list(by_name["signal"].track_event.flow_ids)
+    into = list(by_name["wait_until"].track_event.terminating_flow_ids)
+    assert stats["flows"] == 1 and out == into and len(out) == 1
+
+
+def test_perfetto_metadata_and_counters(exported):
+    _, trace, _ = exported
+    meta = next(p for p in trace.packet if p.track_event.name == "trace metadata")
+    fields = {a.name: (a.int_value or a.string_value) for a in meta.track_event.debug_annotations}
+    assert fields["world_size"] == 2 and json.loads(fields["dropped_events_per_rank"]) == [2, 2]
+    assert json.loads(fields["clock_residual_ns"]) == [0.0, 0.0] and fields["command"] == "pytest"
+    counters = [p for p in trace.packet if p.track_event.type == pb.TrackEvent.TYPE_COUNTER]
+    total_bytes = sum(p.track_event.double_counter_value for p in counters)
+    assert len(counters) == 2 * 1000 and total_bytes > 0
+
+
+def test_chrome_json_has_slices_names_and_flows(tmp_path):
+    trace = make_trace(ROWS)
+    path = tmp_path / "t.json"
+    write_chrome_json(trace, str(path))
+    data = json.loads(path.read_text())
+    slices = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == len(ROWS)
+    put = next(e for e in slices if e["name"] == "put" and e["args"]["address"] == 256)
+    assert (put["pid"], put["tid"], put["ts"], put["dur"]) == (0, 3 * 64, 0.010, 0.010)
+    thread_names = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in data["traceEvents"] if e["name"] == "thread_name"
+    }
+    assert thread_names[(0, 3 * 64 + 1)] == "SM 3 · lane 1"
+    starts = {e["id"]: e for e in data["traceEvents"] if e["ph"] == "s"}
+    ends = {e["id"]: e for e in data["traceEvents"] if e["ph"] == "f"}
+    assert starts.keys() == ends.keys() and len(starts) == 1
+    assert data["metadata"]["world_size"] == 2
+
+
+def _save_ranks(directory, trace):
+    return [str(p) for p in trace.save(str(directory))]
+
+
+def run_cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "iris_trace", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cli_merge_report_plot(tmp_path):
+    files = _save_ranks(tmp_path / "ranks", make_trace(ROWS))
+    result = run_cli("merge", *files, "-o", str(tmp_path / "m.pftrace"), "--json", str(tmp_path / "m.json"))
+    assert result.returncode == 0, result.stderr
+    assert len(slices_by_track(read_perfetto(tmp_path / "m.pftrace"))) == len(ROWS)
+    result = run_cli("report", *files, "--json", str(tmp_path / "r.json"), "--csv", str(tmp_path / "csv"))
+    assert result.returncode == 0 and "rank" in result.stdout, result.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["top_stalls"][0]["releaser_rank"] == 0
+    pytest.importorskip("matplotlib")
+    result = run_cli("plot", *files, "-o", str(tmp_path / "h.png"))
+    assert result.returncode == 0 and (tmp_path / "h.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_names_the_bad_file(tmp_path):
+    files = _save_ranks(tmp_path / "ranks", make_trace(ROWS))
+    broken = tmp_path / "rank9.npz"
+    broken.write_bytes(b"\x00" * 10)
+    result = run_cli("merge", files[0], str(broken), "-o", str(tmp_path / "x.pftrace"))
+    assert result.returncode == 2 and "rank9.npz" in result.stderr
+    other = _save_ranks(tmp_path / "three", make_trace([r for r in ROWS if r[1] == 0], world=3))
+    result = run_cli("report", files[0], other[1])
+    assert result.returncode == 2 and "world size" in result.stderr
+
+
+@triton.jit
+def traced_exchange(data, flag, ack, rounds, cur_rank, heap_bases, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    for step in range(rounds):
+        if cur_rank == 0:
+            iris.wait_until(ack, "ge", step, heap_bases=heap_bases)
+            iris.put(data + offsets, data + offsets, 0, 1, heap_bases)
+            iris.signal(flag, step + 1, 0, 1, heap_bases)
+        else:
+            iris.wait_until(flag, "ge", step + 1, heap_bases=heap_bases)
+            iris.signal(ack, step + 1, 1, 0, heap_bases)
+
+
+def _traced_run_body(rank, world_size, directory, rounds):
+    with iris.iris(1 << 24) as ctx:
+        data, flag, ack = ctx.randn(64), ctx.zeros(1, dtype=torch.int32), ctx.zeros(1, dtype=torch.int32)
+        ctx.tracing.enable(max_events=16 * rounds * ctx.get_cu_count())
+        traced_exchange[(1,)](data, flag, ack, rounds, rank, ctx.get_heap_bases(), BLOCK=64)
+        ctx.barrier()
+        return ctx.tracing.collect(directory)
+
+
+def test_end_to_end_traced_run_merges_and_exports(tmp_path):
+    from conftest import get_pool
+
+    rounds = 5
+    files = get_pool(2).run(_traced_run_body, str(tmp_path / "ranks"), rounds)
+    result = run_cli(
+        "merge", *files, "-o", str(tmp_path / "run.pftrace"), "--json", str(tmp_path / "run.json")
+    )
+    assert result.returncode == 0, result.stderr
+    slices = slices_by_track(read_perfetto(tmp_path / "run.pftrace"))
+    names = sorted(name for name, _, _ in slices)
+    assert names.count("put") == rounds and names.count("signal") == 2 * rounds
+    assert names.count("wait_until") == 2 * rounds
+    flows = [e for e in json.loads((tmp_path / "run.json").read_text())["traceEvents"] if e["ph"] == "f"]
+    assert len(flows) >= rounds  # every wait after the first round was released by a signal

@@ -40,12 +40,13 @@ def test_examples_are_numbered_as_documented():
         "04_atomic_add.py",
         "05_atomic_xchg.py",
         "06_message_passing.py",
+        "07_tracing.py",
     ]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_example_verifies_itself_on_two_ranks(name):
-    result = run_example(name, 2)
+def test_example_verifies_itself_on_two_ranks(name, tmp_path):
+    result = run_example(name, 2, *([str(tmp_path)] if name == "07_tracing.py" else []))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert result.stdout.count(" OK") >= 1
 

@@ -8,8 +8,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import torch
-import triton
-import triton.language as tl
+from kernels import ping_pong_rounds
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 import iris
@@ -224,24 +223,11 @@ def test_cli_names_the_bad_file(tmp_path):
     assert result.returncode == 2 and "world size" in result.stderr
 
 
-@triton.jit
-def traced_exchange(data, flag, ack, rounds, cur_rank, heap_bases, BLOCK: tl.constexpr):
-    offsets = tl.arange(0, BLOCK)
-    for step in range(rounds):
-        if cur_rank == 0:
-            iris.wait_until(ack, "ge", step, heap_bases=heap_bases)
-            iris.put(data + offsets, data + offsets, 0, 1, heap_bases)
-            iris.signal(flag, step + 1, 0, 1, heap_bases)
-        else:
-            iris.wait_until(flag, "ge", step + 1, heap_bases=heap_bases)
-            iris.signal(ack, step + 1, 1, 0, heap_bases)
-
-
 def _traced_run_body(rank, world_size, directory, rounds):
     with iris.iris(1 << 24) as ctx:
         data, flag, ack = ctx.randn(64), ctx.zeros(1, dtype=torch.int32), ctx.zeros(1, dtype=torch.int32)
         ctx.tracing.enable(max_events=16 * rounds * ctx.get_cu_count())
-        traced_exchange[(1,)](data, flag, ack, rounds, rank, ctx.get_heap_bases(), BLOCK=64)
+        ping_pong_rounds[(1,)](data, flag, ack, rounds, rank, ctx.get_heap_bases(), BLOCK=64)
         ctx.barrier()
         return ctx.tracing.collect(directory)
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from kernels import ping_pong_rounds
 
 import iris
 from iris_trace.events import EVENT_NAMES
@@ -55,20 +56,6 @@ def tiled_context_kernel(context, buf, rank: tl.constexpr, world_size: tl.conste
     offsets = tl.arange(0, 16)
     ctx.store(buf + offsets, offsets, (rank + 1) % world_size)
     ctx.trace_end(start, scope=2)
-
-
-@triton.jit
-def ping_pong_rounds(data, flag, ack, rounds, cur_rank, heap_bases, BLOCK: tl.constexpr):
-    # rank 0 puts then signals; rank 1 waits, then acknowledges so rank 0 may reuse the buffer.
-    offsets = tl.arange(0, BLOCK)
-    for step in range(rounds):
-        if cur_rank == 0:
-            iris.wait_until(ack, "ge", step, heap_bases=heap_bases)
-            iris.put(data + offsets, data + offsets, 0, 1, heap_bases)
-            iris.signal(flag, step + 1, 0, 1, heap_bases)
-        else:
-            iris.wait_until(flag, "ge", step + 1, heap_bases=heap_bases)
-            iris.signal(ack, step + 1, 1, 0, heap_bases)
 
 
 def _counts_body(rank, world_size, programs, k):

@@ -3,6 +3,7 @@
     iris-trace merge traces/rank*.npz -o run.pftrace [--json run.json]
     iris-trace report traces/rank*.npz [--json report.json] [--csv report/] [--top 10]
     iris-trace plot traces/rank*.npz -o stalls.png [--bins 200]
+    iris-trace validate run.pftrace --trace-processor /path/to/trace_processor_shell
 
 Per-rank files come from ``ctx.tracing.collect("traces")`` (one ``rank<N>.npz`` each).
 """
@@ -75,6 +76,16 @@ def plot(args) -> int:
     return 0
 
 
+def validate(args) -> int:
+    from viewer_exports.validate import check_with_trace_processor
+
+    result = check_with_trace_processor(args.trace, args.trace_processor)
+    print(f"{args.trace}: {result.slices} slices, {result.flows} flows, {result.tracks} tracks")
+    for name, count in result.errors.items():
+        print(f"  error {name}: {count}")
+    return 0 if result.clean else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="iris-trace", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -94,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     plotting.add_argument("-o", "--output", required=True)
     plotting.add_argument("--bins", type=int, default=200)
     plotting.set_defaults(run=plot)
+    validating = commands.add_parser("validate", help="load a .pftrace with Perfetto's trace processor")
+    validating.add_argument("trace")
+    validating.add_argument("--trace-processor", required=True, help="path to a trace_processor_shell binary")
+    validating.set_defaults(run=validate)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

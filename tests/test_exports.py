@@ -1,6 +1,7 @@
 """Exports: Perfetto protobuf and Chrome JSON parsed back and checked against the input events."""
 
 import json
+import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -187,6 +188,16 @@ def test_chrome_json_has_slices_names_and_flows(tmp_path):
     ends = {e["id"]: e for e in data["traceEvents"] if e["ph"] == "f"}
     assert starts.keys() == ends.keys() and len(starts) == 1
     assert data["metadata"]["world_size"] == 2
+
+
+@pytest.mark.skipif(not os.environ.get("IRIS_TRACE_PROCESSOR"), reason="set IRIS_TRACE_PROCESSOR to a binary")
+def test_trace_processor_loads_the_export_without_errors(exported, tmp_path):
+    from viewer_exports.validate import check_with_trace_processor
+
+    path = str(tmp_path / "t.pftrace")
+    result = check_with_trace_processor(path, os.environ["IRIS_TRACE_PROCESSOR"])
+    assert result.clean, result.errors
+    assert result.slices == len(ROWS) and result.flows == 1
 
 
 def _save_ranks(directory, trace):

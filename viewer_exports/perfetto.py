@@ -22,7 +22,7 @@ from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from iris_trace.analysis import match_releasers
 from iris_trace.events import EVENT_NAMES, RELEASE_EVENTS, SCOPE_BASE, event_name
-from iris_trace.lanes import assign_lanes
+from iris_trace.lanes import assign_lanes, stable_order
 from iris_trace.trace import Trace
 
 from . import wire
@@ -42,6 +42,15 @@ ARGS = {
     9: "cu_id",
 }
 COUNTER_BINS = 1000
+#: Packets encoded per numpy pass: about 1 MiB of rows, so the rows and their words stay in the
+#: CPU cache while each field is stored, and the Python cost of a pass is spread over many rows.
+BLOCK_ROWS = 8192
+#: Events read at a time by the passes over the whole trace: about 1 MiB of records, which stay
+#: in the CPU cache while each field is read (reading a field of the whole array walks every
+#: record, once per field), and the temporaries stay small.
+SLICE_EVENTS = 1 << 14
+#: The same for the counters, whose work per slice is per rank and bin: more events at a time.
+COUNTER_SLICE_EVENTS = 1 << 16
 
 _BEGIN, _END, _INSTANT, _COUNTER = 1, 2, 3, 4
 _NEEDS_STATE = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
@@ -52,8 +61,9 @@ def rank_track(rank):
     return (rank + 1) << 40
 
 
-def lane_track(rank: int, cu_id: np.ndarray | int, lane: np.ndarray | int):
+def lane_track(rank: np.ndarray | int, cu_id: np.ndarray | int, lane: np.ndarray | int):
     """uuid of an SM lane track under its rank."""
+    rank = np.asarray(rank, dtype=np.int64)
     return rank_track(rank) + (np.asarray(cu_id, dtype=np.int64) << 16) + np.asarray(lane, dtype=np.int64) + 1
 
 
@@ -77,13 +87,14 @@ def write_perfetto(trace: Trace, path: str, chunk_events: int = 1 << 20, progres
     lanes = assign_lanes(events)
     releasers = match_releasers(events)
     waits = np.flatnonzero(releasers >= 0)
+    sources = releasers[waits]
+    del releasers  # one int64 per event; the flows need only the matched waits
     with open(path, "wb") as f:
         builder = StreamingTraceProtoBuilder(f)
         tracks = _write_descriptors(builder, trace, events, lanes)
         _write_interned(builder, trace)
         _write_metadata(builder, trace, base)
-        outgoing = _outgoing_flows(len(events), releasers[waits], waits)
-        writer = _SliceWriter(f, events, lanes, base, releasers, outgoing)
+        writer = _SliceWriter(f, events, lanes, base, waits, sources)
         lo = 0
         while lo < len(events):
             hi = writer.chunk_end(lo, chunk_events)
@@ -102,6 +113,7 @@ def _write_descriptors(builder, trace: Trace, events: np.ndarray, lanes: np.ndar
     meta.track_descriptor.uuid = METADATA_TRACK
     meta.track_descriptor.name = "Iris trace"
     builder.write_packet(meta)
+    used_rank, used_cu, used_lane = _lanes_in_use(events, lanes)
     for rank_trace in trace.ranks:
         rank = rank_trace.rank
         packet = builder.create_packet()
@@ -112,9 +124,9 @@ def _write_descriptors(builder, trace: Trace, events: np.ndarray, lanes: np.ndar
         descriptor.child_ordering = pb.TrackDescriptor.EXPLICIT
         builder.write_packet(packet)
         count += 1
-        mine = events["cur_rank"] == rank
-        pairs = np.unique((events["cu_id"][mine].astype(np.int64) << 32) | lanes[mine].astype(np.int64))
-        for order, (cu_id, lane) in enumerate(zip((pairs >> 32).tolist(), (pairs & 0xFFFFFFFF).tolist())):
+        mine = used_rank == rank
+        pairs = zip(used_cu[mine].tolist(), used_lane[mine].tolist())
+        for order, (cu_id, lane) in enumerate(pairs):
             packet = builder.create_packet()
             descriptor = packet.track_descriptor
             descriptor.uuid = int(lane_track(rank, cu_id, lane))
@@ -132,6 +144,36 @@ def _write_descriptors(builder, trace: Trace, events: np.ndarray, lanes: np.ndar
         builder.write_packet(packet)
         count += 1
     return count
+
+
+def _lanes_in_use(events: np.ndarray, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (rank, SM, lane) that has events, sorted: three int64 arrays."""
+    # rank * 2^48 + SM * 2^32 + lane sorts like the triple for int16 ranks and SMs and lanes < 2^32.
+    used = []
+    for lo in range(0, len(events), SLICE_EVENTS):
+        part = events[lo : lo + SLICE_EVENTS]
+        columns = [
+            part["cur_rank"].astype(np.int64),
+            part["cu_id"].astype(np.int64),
+            lanes[lo : lo + SLICE_EVENTS],
+        ]
+        lows = [int(column.min()) for column in columns]
+        sizes = [int(column.max()) - low + 1 for column, low in zip(columns, lows)]
+        if sizes[0] * sizes[1] * sizes[2] > 1 << 22:
+            used.append(np.unique((columns[0] << 48) + (columns[1] << 32) + columns[2]))
+            continue
+        # Few possible triples (the usual case): flag them in a table indexed by the triple.
+        index = (columns[0] - lows[0]) * sizes[1]
+        index += columns[1] - lows[1]
+        index *= sizes[2]
+        index += columns[2] - lows[2]
+        flagged = np.flatnonzero(np.bincount(index, minlength=sizes[0] * sizes[1] * sizes[2]))
+        rank_cu, lane = np.divmod(flagged, sizes[2])
+        rank, cu_id = np.divmod(rank_cu, sizes[1])
+        used.append(((rank + lows[0]) << 48) + ((cu_id + lows[1]) << 32) + lane + lows[2])
+    used = np.unique(np.concatenate(used)) if used else np.zeros(0, np.int64)
+    cu_id = (((used >> 32) + (1 << 15)) & 0xFFFF) - (1 << 15)
+    return ((used >> 32) - cu_id) >> 16, cu_id, used & 0xFFFFFFFF
 
 
 def _write_interned(builder, trace: Trace) -> None:
@@ -186,23 +228,6 @@ def trace_metadata(trace: Trace, base: int) -> dict:
     }
 
 
-def _outgoing_flows(count: int, releaser_of_wait: np.ndarray, waits: np.ndarray) -> list[np.ndarray]:
-    """Flow ids leaving each event, as columns: column k holds each event's k-th flow id (0: none)."""
-    columns = []
-    if len(waits) == 0:
-        return columns
-    order = np.argsort(releaser_of_wait, kind="stable")
-    sources, flow_ids = releaser_of_wait[order], waits[order] + 1
-    first = np.searchsorted(sources, sources, side="left")
-    rank_in_source = np.arange(len(sources)) - first
-    for k in range(int(rank_in_source.max()) + 1):
-        column = np.zeros(count, dtype=np.uint64)
-        pick = rank_in_source == k
-        column[sources[pick]] = flow_ids[pick]
-        columns.append(column)
-    return columns
-
-
 def counter_rows(trace: Trace, events: np.ndarray, base: int):
     """Per-rank GB/s of payload moved, in COUNTER_BINS bins: (times relative to ``base``, ranks, values)."""
     if len(events) == 0:
@@ -210,15 +235,42 @@ def counter_rows(trace: Trace, events: np.ndarray, base: int):
     start, stop = int(events["start_ns"].min()), int(events["end_ns"].max()) + 1
     edges = np.linspace(start, stop, COUNTER_BINS + 1)
     width_s = (edges[1] - edges[0]) / 1e9
-    moving = np.isin(events["event_id"], sorted(RELEASE_EVENTS | {1, 3}))
+    moving_ids = sorted(RELEASE_EVENTS | {1, 3})
+    totals = [0] * trace.world_size
+    for lo in range(0, len(events), COUNTER_SLICE_EVENTS):
+        part = events[lo : lo + COUNTER_SLICE_EVENTS]
+        # The moving events' records in one pass (reading single fields by index is several
+        # times slower), then grouped by rank with a stable sort, keeping their time order.
+        moving = part.take(np.flatnonzero(np.isin(part["event_id"], moving_ids)))
+        by_rank = np.argsort(moving["cur_rank"], kind="stable")
+        ranks, starts, payload = (
+            np.ascontiguousarray(moving[f])[by_rank] for f in ("cur_rank", "start_ns", "payload_bytes")
+        )
+        bounds = np.searchsorted(ranks, np.arange(trace.world_size + 1), side="left")
+        for rank in range(trace.world_size):
+            mine = slice(bounds[rank], bounds[rank + 1])
+            totals[rank] = totals[rank] + _histogram(starts[mine], edges, payload[mine])
     times, tracks, values = [], [], []
     for rank in range(trace.world_size):
-        mine = moving & (events["cur_rank"] == rank)
-        totals, _ = np.histogram(events["start_ns"][mine], bins=edges, weights=events["payload_bytes"][mine])
         times.append(edges[:-1].astype(np.int64) - base)
         tracks.append(np.full(COUNTER_BINS, rank, dtype=np.int64))
-        values.append(totals / width_s / 1e9)
+        values.append(totals[rank] / width_s / 1e9)
     return np.concatenate(times), np.concatenate(tracks), np.concatenate(values)
+
+
+def _histogram(values: np.ndarray, edges: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``np.histogram(values, edges, weights=weights)[0]``, without its sort when ``values`` are sorted.
+
+    The same arithmetic as numpy's: differences of the cumulative weights at each edge, the
+    last bin closed on the right.
+    """
+    if not np.all(values[1:] >= values[:-1]):
+        return np.histogram(values, bins=edges, weights=weights)[0]
+    cumulative = np.concatenate((np.zeros(1, weights.dtype), np.cumsum(weights)))
+    at_edges = np.concatenate(
+        (values.searchsorted(edges[:-1], "left"), values.searchsorted(edges[-1:], "right"))
+    )
+    return np.diff(cumulative[at_edges])
 
 
 class _SliceWriter:
@@ -229,119 +281,212 @@ class _SliceWriter:
     first (shortest first, so children close before parents), then its begins
     (longest first, so parents open before children), and zero-length events as
     instants. Chunks never split a run of equal start times.
+
+    Packets are encoded BLOCK_ROWS at a time with a :class:`wire.Layout` per packet shape
+    and varint widths; each block's widths fit its own values, so varints stay short.
     """
 
-    def __init__(self, f, events, lanes, base, releasers, outgoing):
+    #: Layouts kept (each with a block of rows); more than this and the cache starts over.
+    MAX_LAYOUTS = 32
+
+    def __init__(self, f, events, lanes, base, waits, sources):
+        """``waits``: sorted indices of the waits that have a releaser, ``sources`` their releasers.
+
+        Flow ids are the wait's index + 1. Flows are kept by source, in wait order within
+        a source: the k-th flow leaving an event goes into its k-th ``flow_ids`` field.
+        """
         self.f = f
         self.events = events
         self.lanes = lanes
         self.base = base
-        self.terminating = np.where(releasers >= 0, np.arange(len(events)) + 1, 0).astype(np.uint64)
-        self.outgoing = outgoing
+        self.waits = waits
+        order = np.argsort(sources, kind="stable")
+        self.flow_sources = sources[order]
+        self.flow_ids = (waits[order] + 1).astype(np.uint64)
+        new_source = np.ones(len(order), dtype=bool)
+        new_source[1:] = self.flow_sources[1:] != self.flow_sources[:-1]
+        first = np.maximum.accumulate(np.where(new_source, np.arange(len(order)), 0))
+        self.flow_rank = np.arange(len(order)) - first
+        self.layouts: dict = {}
 
     def chunk_end(self, lo: int, size: int) -> int:
         """End of the chunk starting at ``lo``: about ``size`` events, never splitting equal start times."""
-        hi = min(lo + size, len(self.events))
-        if hi < len(self.events):
-            hi = int(np.searchsorted(self.events["start_ns"], self.events["start_ns"][hi - 1], side="right"))
-        return hi
+        n = len(self.events)
+        hi = min(lo + size, n)
+        if hi == n:
+            return hi
+        starts = self.events["start_ns"]
+        last, window = starts[hi - 1], 64
+        # Runs of equal start times are short: search windows of doubling size (searching the
+        # whole field would first copy it, a field of a record array not being contiguous).
+        while True:
+            ahead = np.ascontiguousarray(starts[hi : hi + window])
+            ties = int(np.searchsorted(ahead, last, side="right"))
+            if ties < len(ahead) or hi + window >= n:
+                return hi + ties
+            window *= 2
 
     def write_chunk(self, lo: int, hi: int) -> None:
         chunk = self.events[lo:hi]
-        start = chunk["start_ns"] - self.base
-        end = np.maximum(chunk["end_ns"], chunk["start_ns"]) - self.base
+        start, end, tracks = (np.empty(hi - lo, dtype=np.int64) for _ in range(3))
+        for at in range(0, hi - lo, SLICE_EVENTS):
+            part, rows = chunk[at : at + SLICE_EVENTS], slice(at, at + SLICE_EVENTS)
+            np.subtract(part["start_ns"], self.base, out=start[rows])
+            np.maximum(part["end_ns"], part["start_ns"], out=end[rows])
+            tracks[rows] = lane_track(
+                part["cur_rank"], part["cu_id"], self.lanes[lo + at : lo + at + len(part)]
+            )
+        end -= self.base
         duration = end - start
-        tracks = np.zeros(len(chunk), dtype=np.int64)
-        for rank in np.unique(chunk["cur_rank"]).tolist():
-            mine = chunk["cur_rank"] == rank
-            tracks[mine] = lane_track(rank, chunk["cu_id"][mine], self.lanes[lo:hi][mine])
         spans = np.flatnonzero(duration > 0)
-        ends = spans[np.lexsort((duration[spans], end[spans]))]
-        self.f.write(_packets(end[ends], _event_head(_END, tracks[ends])).tobytes())
-        begins = spans[np.lexsort((-duration[spans], start[spans]))]
-        self._write_opening(chunk, start, tracks, lo, begins, _BEGIN)
-        self._write_opening(chunk, start, tracks, lo, np.flatnonzero(duration == 0), _INSTANT)
+        ends = spans[_nearly_sorted_order(end[spans], duration[spans])]
+        for rows in _blocks(ends):
+            columns = {"time": end.take(rows), "track": tracks.take(rows)}
+            self._write(
+                _END, columns, ("time", "track"), lambda widths: _packet(_event_head(_END, widths), widths)
+            )
+        flows = self._flows(lo, hi)
+        begins = spans[_nearly_sorted_order(start[spans], -duration[spans])]
+        self._write_opening(chunk, start, tracks, begins, _BEGIN, *flows)
+        instants = np.flatnonzero(duration == 0)
+        self._write_opening(chunk, start, tracks, instants, _INSTANT, *flows)
 
-    def _write_opening(self, chunk, start, tracks, lo, rows, kind) -> None:
+    def _flows(self, lo: int, hi: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """Flow ids of the chunk's events, as columns (0: none), and each event's packet shape.
+
+        Returns ``outgoing``, where column k holds each event's k-th flow id leaving it,
+        ``terminating``, the flow id ending at each event, and ``shape``: twice the number of
+        flows leaving the event, plus one if a flow ends there.
+        """
+        a, b = np.searchsorted(self.flow_sources, (lo, hi))
+        sources, ids, rank = self.flow_sources[a:b] - lo, self.flow_ids[a:b], self.flow_rank[a:b]
+        outgoing = []
+        for k in range(int(rank.max()) + 1 if len(rank) else 0):
+            column = np.zeros(hi - lo, dtype=np.uint64)
+            pick = rank == k
+            column[sources[pick]] = ids[pick]
+            outgoing.append(column)
+        a, b = np.searchsorted(self.waits, (lo, hi))
+        terminating = np.zeros(hi - lo, dtype=np.uint64)
+        terminating[self.waits[a:b] - lo] = self.waits[a:b] + 1
+        shape = 2 * np.bincount(sources, minlength=hi - lo)
+        shape[self.waits[a:b] - lo] += 1
+        return outgoing, terminating, shape
+
+    def _write_opening(self, chunk, start, tracks, rows, kind, outgoing, terminating, shapes) -> None:
         """BEGIN (or INSTANT) packets of ``rows`` in their given order, one group per shape.
 
         Shapes differ by how many flows leave or end at the slice; the group with
         none goes first because compute scopes, the only parents, never carry flows.
         """
-        index = rows + lo
-        outgoing = [column[index] for column in self.outgoing]
-        terminating = self.terminating[index]
-        flow_count = np.zeros(len(rows), np.int64)
-        for column in outgoing:
-            flow_count += column > 0
-        for flows in np.unique(flow_count).tolist():
-            for ends_here in (False, True):
-                pick = (flow_count == flows) & ((terminating > 0) == ends_here)
-                if not pick.any():
-                    continue
-                selected = rows[pick]
-                m = len(selected)
-                body = [
-                    *_event_head(kind, tracks[selected]),
-                    wire.key(10, wire.VARINT, m),
-                    wire.varint(chunk["event_id"][selected].astype(np.int64)),
-                ]
-                for iid, field in ARGS.items():
-                    value = wire.varint(chunk[field][selected].astype(np.int64))
-                    # DebugAnnotation {name_iid, int_value} as a length-delimited field 4.
-                    body += [
-                        wire.key(4, wire.LENGTH_DELIMITED, m),
-                        wire.constant(wire.scalar_varint(3 + value.shape[1]), m),
-                        wire.key(1, wire.VARINT, m),
-                        wire.constant(bytes([iid]), m),
-                        wire.key(4, wire.VARINT, m),
-                        value,
-                    ]
-                for column in outgoing[:flows]:
-                    body += [wire.key(47, wire.FIXED64, m), wire.fixed64(column[pick])]
+        if len(rows) == 0:
+            return
+        shape = shapes.take(rows)
+        counts = np.bincount(shape)
+        codes = np.flatnonzero(counts)
+        # Rows grouped by shape, in order within each group: a stable sort of small integers
+        # (a radix sort when they fit 16 bits).
+        small = np.int16 if len(counts) <= 1 << 15 else np.int64
+        grouped = rows if len(codes) == 1 else rows[np.argsort(shape.astype(small), kind="stable")]
+        bounds = np.cumsum(counts[codes]) - counts[codes]
+        varints = ("time", "track", "event_id", *ARGS.values())
+        for code, first, size in zip(codes.tolist(), bounds.tolist(), counts[codes].tolist()):
+            flows, ends_here = divmod(code, 2)
+
+            def layout(widths, flows=flows, ends_here=ends_here):
+                return _opening_layout(kind, widths, flows, ends_here)
+
+            for block in _blocks(grouped[first : first + size]):
+                records = chunk.take(block)
+                columns = {"time": start.take(block), "track": tracks.take(block)}
+                columns["event_id"] = records["event_id"]
+                for field in ARGS.values():
+                    columns[field] = records[field]
+                for k in range(flows):
+                    columns[f"flow{k}"] = outgoing[k].take(block)
                 if ends_here:
-                    body += [wire.key(48, wire.FIXED64, m), wire.fixed64(terminating[pick])]
-                self.f.write(_packets(start[selected], body).tobytes())
+                    columns["terminating"] = terminating.take(block)
+                self._write((kind, flows, ends_here), columns, varints, layout)
 
     def write_counters(self, counters) -> None:
         times, tracks, values = counters
-        m = len(times)
-        if m:
-            body = [
-                *_event_head(_COUNTER, tracks),
-                wire.key(44, wire.FIXED64, m),
-                wire.fixed64(values.astype(np.float64)),
-            ]
-            self.f.write(_packets(times, body).tobytes())
+        for rows in _blocks(np.arange(len(times))):
+            columns = {
+                "time": np.maximum(times[rows], 0),
+                "track": tracks[rows],
+                "value": values[rows].astype(np.float64),
+            }
+            self._write(_COUNTER, columns, ("time", "track"), _counter_layout)
+
+    def _write(self, shape, columns: dict, varints: tuple, build) -> None:
+        """Encode one block of packets of ``shape`` and write it.
+
+        ``build(widths)`` makes the layout for the block's varint widths (a dict by column);
+        layouts are cached by shape and widths, so their constant bytes are laid out once.
+        """
+        widths = tuple(wire.varint_width(columns[name]) for name in varints)
+        layout = self.layouts.get((shape, widths))
+        if layout is None:
+            if len(self.layouts) >= self.MAX_LAYOUTS:
+                self.layouts.clear()
+            layout = self.layouts[(shape, widths)] = build(dict(zip(varints, widths)))
+        self.f.write(layout.encode(columns))
 
 
-def _event_head(kind: int, tracks: np.ndarray) -> list[np.ndarray]:
-    """TrackEvent columns every packet has: type and track uuid."""
-    m = len(tracks)
-    return [
-        wire.key(9, wire.VARINT, m),
-        wire.constant(bytes([kind]), m),
-        wire.key(11, wire.VARINT, m),
-        wire.varint(tracks),
-    ]
+def _nearly_sorted_order(primary: np.ndarray, secondary: np.ndarray) -> np.ndarray:
+    """The stable order by (primary, secondary), for int64 arrays already almost in that order.
+
+    Both go into one int64 key when they fit: timsort (numpy's stable sort) on an almost
+    sorted key is a few merges, faster than sorting (or lexsorting) from scratch.
+    """
+    if len(primary) == 0:
+        return np.zeros(0, dtype=np.int64)
+    low, high = int(secondary.min()), int(secondary.max())
+    first, last = int(primary.min()), int(primary.max())
+    if (last - first + 1) * (high - low + 1) >= 2**63:
+        return stable_order(primary, secondary)
+    key = (primary - first) * (high - low + 1)
+    key += secondary - low
+    return np.argsort(key, kind="stable")
 
 
-def _packets(times: np.ndarray, track_event: list[np.ndarray]) -> np.ndarray:
-    """Whole ``Trace.packet`` fields around TrackEvent columns, one packet per row, in one copy."""
-    m = len(times)
-    event_width = sum(column.shape[1] for column in track_event)
-    packet = [
-        wire.key(8, wire.VARINT, m),
-        wire.varint(np.maximum(times, 0)),
-        wire.key(11, wire.LENGTH_DELIMITED, m),
-        wire.constant(wire.scalar_varint(event_width), m),
-        *track_event,
-        wire.key(10, wire.VARINT, m),
-        wire.constant(bytes([SEQUENCE_ID]), m),
-        wire.key(13, wire.VARINT, m),
-        wire.constant(bytes([_NEEDS_STATE]), m),
-    ]
-    packet_width = sum(column.shape[1] for column in packet)
-    return wire.hstack(
-        [wire.key(1, wire.LENGTH_DELIMITED, m), wire.constant(wire.scalar_varint(packet_width), m), *packet]
+def _blocks(rows: np.ndarray):
+    """``rows`` in slices of at most BLOCK_ROWS."""
+    for i in range(0, len(rows), BLOCK_ROWS):
+        yield rows[i : i + BLOCK_ROWS]
+
+
+def _event_head(kind: int, widths: dict) -> wire.Layout:
+    """The TrackEvent fields every packet has: type and track uuid."""
+    return (
+        wire.Layout()
+        .key(9, wire.VARINT)
+        .constant(bytes([kind]))
+        .key(11, wire.VARINT)
+        .varint("track", widths["track"])
     )
+
+
+def _opening_layout(kind: int, widths: dict, flows: int, ends_here: bool) -> wire.Layout:
+    """A BEGIN or INSTANT packet: name, the ARGS as debug annotations, flows leaving and ending."""
+    event = _event_head(kind, widths).key(10, wire.VARINT).varint("event_id", widths["event_id"])
+    for iid, field in ARGS.items():
+        annotation = wire.Layout().key(1, wire.VARINT).constant(bytes([iid]))
+        event.message(4, annotation.key(4, wire.VARINT).varint(field, widths[field]))
+    for k in range(flows):
+        event.key(47, wire.FIXED64).fixed64(f"flow{k}")
+    if ends_here:
+        event.key(48, wire.FIXED64).fixed64("terminating")
+    return _packet(event, widths)
+
+
+def _counter_layout(widths: dict) -> wire.Layout:
+    return _packet(_event_head(_COUNTER, widths).key(44, wire.FIXED64).fixed64("value"), widths)
+
+
+def _packet(track_event: wire.Layout, widths: dict) -> wire.Layout:
+    """A whole ``Trace.packet`` field around a TrackEvent: timestamp, sequence id and flags."""
+    packet = wire.Layout().key(8, wire.VARINT).varint("time", widths["time"]).message(11, track_event)
+    packet.key(10, wire.VARINT).constant(bytes([SEQUENCE_ID]))
+    packet.key(13, wire.VARINT).constant(bytes([_NEEDS_STATE]))
+    return wire.Layout().message(1, packet)

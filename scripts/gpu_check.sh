@@ -3,7 +3,12 @@
 #   bash scripts/gpu_check.sh        results land in $OUT (device tool) or ./out
 #   SKIP_TESTS=1 / SKIP_BENCH=1      to leave a part out
 set -u
-export PYTHONPATH=$PWD IRIS_BACKEND=cuda PYTHONUNBUFFERED=1
+site=$PWD
+if [ -d .whl ]; then  # packages the GPU image lacks (perfetto), carried as wheels
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  site=$PWD:/tmp/site
+fi
+export PYTHONPATH=$site IRIS_BACKEND=cuda PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${OUT:-out}; mkdir -p "$out"
 gpus=$(nvidia-smi -L | wc -l)

@@ -81,7 +81,9 @@ def exported(tmp_path):
 
 def test_wire_varints_parse_back_including_negatives():
     values = np.array([0, 1, 127, 128, 2**40, -1, -(2**40)])
-    rows = wire.hstack([wire.key(4, wire.VARINT, len(values)), wire.varint(values)])
+    rows = (
+        wire.Layout().key(4, wire.VARINT).varint("value", wire.varint_width(values)).encode({"value": values})
+    )
     for row, value in zip(rows, values.tolist()):
         annotation = pb.DebugAnnotation()
         annotation.ParseFromString(bytes(row))

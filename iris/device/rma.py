@@ -139,6 +139,45 @@ def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None, 
 
 
 @triton.jit
+def _atomic_rmw(
+    op: tl.constexpr,
+    event: tl.constexpr,
+    pointer,
+    val,
+    from_rank,
+    to_rank,
+    heap_bases,
+    mask,
+    sem: tl.constexpr,
+    scope: tl.constexpr,
+    pid_m,
+    pid_n,
+):
+    # The one body behind every atomic_<op>: translate, apply ``op`` remotely, trace.
+    start = tracing.begin(heap_bases)
+    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_" + op)
+    if op == "add":
+        old = tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
+    elif op == "sub":
+        old = tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
+    elif op == "xchg":
+        old = tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
+    elif op == "xor":
+        old = tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
+    elif op == "and":
+        old = tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
+    elif op == "or":
+        old = tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
+    elif op == "min":
+        old = tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
+    else:
+        tl.static_assert(op == "max", "unknown atomic op")
+        old = tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
+    tracing.end(heap_bases, start, event, to_rank, pointer, mask, 0, pid_m, pid_n)
+    return old
+
+
+@triton.jit
 def atomic_add(
     pointer,
     val,
@@ -156,11 +195,20 @@ def atomic_add(
     Example:
         >>> old = iris.atomic_add(counter, 1, cur_rank, peer, heap_bases)
     """
-    start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_add")
-    old = tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
-    tracing.end(heap_bases, start, tracing.ATOMIC_ADD, to_rank, pointer, mask, 0, pid_m, pid_n)
-    return old
+    return _atomic_rmw(
+        "add",
+        tracing.ATOMIC_ADD,
+        pointer,
+        val,
+        from_rank,
+        to_rank,
+        heap_bases,
+        mask,
+        sem,
+        scope,
+        pid_m,
+        pid_n,
+    )
 
 
 @triton.jit
@@ -181,11 +229,20 @@ def atomic_sub(
     Example:
         >>> old = iris.atomic_sub(counter, 1, cur_rank, peer, heap_bases)
     """
-    start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_sub")
-    old = tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
-    tracing.end(heap_bases, start, tracing.ATOMIC_SUB, to_rank, pointer, mask, 0, pid_m, pid_n)
-    return old
+    return _atomic_rmw(
+        "sub",
+        tracing.ATOMIC_SUB,
+        pointer,
+        val,
+        from_rank,
+        to_rank,
+        heap_bases,
+        mask,
+        sem,
+        scope,
+        pid_m,
+        pid_n,
+    )
 
 
 @triton.jit
@@ -206,11 +263,20 @@ def atomic_xchg(
     Example:
         >>> old = iris.atomic_xchg(slot, 7, cur_rank, peer, heap_bases)
     """
-    start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_xchg")
-    old = tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
-    tracing.end(heap_bases, start, tracing.ATOMIC_XCHG, to_rank, pointer, mask, 0, pid_m, pid_n)
-    return old
+    return _atomic_rmw(
+        "xchg",
+        tracing.ATOMIC_XCHG,
+        pointer,
+        val,
+        from_rank,
+        to_rank,
+        heap_bases,
+        mask,
+        sem,
+        scope,
+        pid_m,
+        pid_n,
+    )
 
 
 @triton.jit
@@ -231,11 +297,20 @@ def atomic_xor(
     Example:
         >>> old = iris.atomic_xor(bits, 0b1010, cur_rank, peer, heap_bases)
     """
-    start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_xor")
-    old = tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
-    tracing.end(heap_bases, start, tracing.ATOMIC_XOR, to_rank, pointer, mask, 0, pid_m, pid_n)
-    return old
+    return _atomic_rmw(
+        "xor",
+        tracing.ATOMIC_XOR,
+        pointer,
+        val,
+        from_rank,
+        to_rank,
+        heap_bases,
+        mask,
+        sem,
+        scope,
+        pid_m,
+        pid_n,
+    )
 
 
 @triton.jit
@@ -256,11 +331,20 @@ def atomic_and(
     Example:
         >>> old = iris.atomic_and(bits, 0xF0, cur_rank, peer, heap_bases)
     """
-    start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_and")
-    old = tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
-    tracing.end(heap_bases, start, tracing.ATOMIC_AND, to_rank, pointer, mask, 0, pid_m, pid_n)
-    return old
+    return _atomic_rmw(
+        "and",
+        tracing.ATOMIC_AND,
+        pointer,
+        val,
+        from_rank,
+        to_rank,
+        heap_bases,
+        mask,
+        sem,
+        scope,
+        pid_m,
+        pid_n,
+    )
 
 
 @triton.jit
@@ -281,11 +365,9 @@ def atomic_or(
     Example:
         >>> old = iris.atomic_or(bits, 1 << cur_rank, cur_rank, peer, heap_bases)
     """
-    start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_or")
-    old = tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
-    tracing.end(heap_bases, start, tracing.ATOMIC_OR, to_rank, pointer, mask, 0, pid_m, pid_n)
-    return old
+    return _atomic_rmw(
+        "or", tracing.ATOMIC_OR, pointer, val, from_rank, to_rank, heap_bases, mask, sem, scope, pid_m, pid_n
+    )
 
 
 @triton.jit
@@ -306,11 +388,20 @@ def atomic_min(
     Example:
         >>> old = iris.atomic_min(best, candidate, cur_rank, 0, heap_bases)
     """
-    start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_min")
-    old = tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
-    tracing.end(heap_bases, start, tracing.ATOMIC_MIN, to_rank, pointer, mask, 0, pid_m, pid_n)
-    return old
+    return _atomic_rmw(
+        "min",
+        tracing.ATOMIC_MIN,
+        pointer,
+        val,
+        from_rank,
+        to_rank,
+        heap_bases,
+        mask,
+        sem,
+        scope,
+        pid_m,
+        pid_n,
+    )
 
 
 @triton.jit
@@ -331,11 +422,20 @@ def atomic_max(
     Example:
         >>> old = iris.atomic_max(best, candidate, cur_rank, 0, heap_bases)
     """
-    start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_max")
-    old = tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
-    tracing.end(heap_bases, start, tracing.ATOMIC_MAX, to_rank, pointer, mask, 0, pid_m, pid_n)
-    return old
+    return _atomic_rmw(
+        "max",
+        tracing.ATOMIC_MAX,
+        pointer,
+        val,
+        from_rank,
+        to_rank,
+        heap_bases,
+        mask,
+        sem,
+        scope,
+        pid_m,
+        pid_n,
+    )
 
 
 @triton.jit

@@ -150,27 +150,16 @@ def _write(
         where = (_linear_pid().to(tl.int64) & 0xFFFFFFFF) | (index.to(tl.int64) << 32)
         tile = (tl.cast(pid_m, tl.int64) & 0xFFFFFFFF) | (tl.cast(pid_n, tl.int64) << 32)
         word = tl.arange(0, RECORD_WORDS)
-        record = tl.where(
-            word == 0,
-            tl.cast(start, tl.int64),
-            tl.where(
-                word == 1,
-                tl.cast(stop, tl.int64),
-                tl.where(
-                    word == 2,
-                    tl.cast(offset, tl.int64),
-                    tl.where(
-                        word == 3,
-                        tl.cast(nbytes, tl.int64),
-                        tl.where(
-                            word == 4,
-                            ident,
-                            tl.where(word == 5, where, tl.where(word == 6, tile, tl.cast(value, tl.int64))),
-                        ),
-                    ),
-                ),
-            ),
-        )
+        # One lane per word of the record, so the 64 bytes go out as one vector store.
+        record = tl.zeros([RECORD_WORDS], tl.int64)
+        record = tl.where(word == 0, tl.cast(start, tl.int64), record)
+        record = tl.where(word == 1, tl.cast(stop, tl.int64), record)
+        record = tl.where(word == 2, tl.cast(offset, tl.int64), record)
+        record = tl.where(word == 3, tl.cast(nbytes, tl.int64), record)
+        record = tl.where(word == 4, ident, record)
+        record = tl.where(word == 5, where, record)
+        record = tl.where(word == 6, tile, record)
+        record = tl.where(word == 7, tl.cast(value, tl.int64), record)
         tl.store(records + (region.to(tl.int64) * capacity + index) * RECORD_WORDS + word, record)
     else:
         dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from . import config
 from .backends import make_backend
+from .ccl import CCL
 from .device.barrier import device_barrier_kernel
 from .device.context import HEADER_SLOTS, context_length
 from .distributed import init_distributed
@@ -63,6 +64,8 @@ class Iris:
         )
         self._barrier_slots: dict[tuple[int, ...], int] = {tuple(range(self.num_ranks)): 0}
         self._barrier_members: dict[tuple[int, ...], torch.Tensor] = {}
+        #: Device-side collectives (``ctx.ccl.all_reduce(out, inp)``); see :mod:`iris.ccl`.
+        self.ccl = CCL(self)
 
         context = [self.cur_rank, self.num_ranks, *self.heap.bases, heap_size]
         context += [0] * (context_length(self.num_ranks) - len(context))
@@ -151,6 +154,19 @@ class Iris:
             True
         """
         return self.heap.contains(tensor)
+
+    @property
+    def ops(self):
+        """Fused GEMM + communication ops (:class:`iris.ops.Ops`), created on first use.
+
+        Example:
+            >>> ctx.ops.matmul_all_reduce(out, a, b)
+        """
+        if getattr(self, "_ops", None) is None:
+            from .ops import Ops  # the fused kernels are only compiled when someone asks for them
+
+            self._ops = Ops(self)
+        return self._ops
 
     # ------------------------------------------------------------------ logging
     def debug(self, message: str) -> None:

@@ -1,0 +1,72 @@
+"""All-gather: every rank pushes its input into its slot of every member's output.
+
+``out`` (on the heap, ``group_size * inp.numel()`` elements) receives member
+``i``'s input at rows ``i * M .. (i + 1) * M``, as
+:func:`torch.distributed.all_gather_into_tensor` does. Pushing (remote stores)
+rather than pulling keeps every link busy in the direction GPUs write fastest.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from . import device as ccl
+from .runtime import COPYABLE_DTYPES, DONE, READY, check_disjoint, check_tensor, describe_tensor, tensor_key
+
+
+@triton.jit
+def all_gather_kernel(
+    out,
+    inp,
+    n,
+    flags,
+    ranks,
+    my_index,
+    cur_rank,
+    world_size,
+    max_programs,
+    heap_bases,
+    GROUP: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    ready = ccl.flag_row(flags, READY, pid, max_programs, world_size)
+    ccl.sync_row(ready, cur_rank, ranks, GROUP, heap_bases)
+    dst = out + my_index.to(tl.int64) * n
+    for tile in range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
+        offsets = tile * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        values = tl.load(inp + offsets, mask=mask)
+        ccl.push_tile(dst + offsets, values, cur_rank, ranks, my_index, GROUP, heap_bases, mask)
+    ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+
+
+def all_gather(runtime, out, inp, group=None, config=None) -> None:
+    """Gather every member's ``inp`` into ``out`` on every member (see :meth:`iris.ccl.CCL.all_gather`)."""
+    state = runtime.group(group)
+    key = runtime.key("all_gather", state, config, tensor_key(out), tensor_key(inp))
+
+    def prepare():
+        ctx = runtime.ctx
+        errors: list[str] = []
+        usable = check_tensor(errors, ctx, out, "out", COPYABLE_DTYPES, on_heap=True)
+        usable &= check_tensor(errors, ctx, inp, "inp", COPYABLE_DTYPES, on_heap=False)
+        if usable:
+            if out.dtype != inp.dtype:
+                errors.append(f"out is {out.dtype} but inp is {inp.dtype}")
+            if out.numel() != state.size * inp.numel():
+                errors.append(
+                    f"out has {out.numel()} elements; a group of {state.size} needs "
+                    f"{state.size} x inp.numel() = {state.size * inp.numel()}"
+                )
+            check_disjoint(errors, out, inp, "out and inp")
+        signature = (describe_tensor(out, ctx), describe_tensor(inp, ctx)[:2], config)
+        runtime.agree(state, signature, errors, "all_gather")
+        block = config.block_for(inp.element_size())
+        grid = (runtime.programs(triton.cdiv(inp.numel(), block), config),)
+        args = (out, inp, inp.numel(), *runtime.group_args(state), block)
+        return all_gather_kernel, grid, args, config.num_warps
+
+    runtime.prepare(key, prepare)
+    runtime.launch(key)

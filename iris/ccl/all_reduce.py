@@ -1,0 +1,270 @@
+"""All-reduce in four algorithms, one kernel each, and the rule that picks between them.
+
+* ``one_shot``: every rank reads every member's input and reduces all of it.
+  One round of remote reads: the lowest latency, ``group_size`` times the traffic.
+* ``two_shot``: tile ``t`` belongs to member ``t % group_size``, which reads the
+  tile from every input, reduces it and pushes the result into every output
+  (a reduce-scatter and an all-gather fused into one pass): the least traffic.
+* ``ring``: the classic ``2 (group_size - 1)`` neighbour steps, pulling partial
+  sums from the previous rank's output; per-tile step counters replace barriers.
+* ``atomic``: every rank zeroes its output, then atomically adds its input into
+  every member's output.
+
+Inputs are read remotely by ``one_shot`` and ``two_shot`` (so they must be on
+the heap); outputs are written remotely by ``two_shot`` and ``atomic`` and read
+remotely by ``ring``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+from ..device import rma
+from . import device as ccl
+from .config import ReduceOp
+from .runtime import (
+    DONE,
+    READY,
+    REDUCIBLE_DTYPES,
+    STEPS,
+    check_disjoint,
+    check_tensor,
+    describe_tensor,
+    tensor_key,
+)
+
+
+@triton.jit
+def one_shot_kernel(
+    out,
+    inp,
+    n,
+    flags,
+    ranks,
+    my_index,
+    cur_rank,
+    world_size,
+    max_programs,
+    heap_bases,
+    GROUP: tl.constexpr,
+    BLOCK: tl.constexpr,
+    OP: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    ccl.sync_row(
+        ccl.flag_row(flags, READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
+    for tile in range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
+        offsets = tile * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        total = ccl.reduce_tile(inp + offsets, cur_rank, ranks, my_index, GROUP, heap_bases, mask, OP)
+        tl.store(out + offsets, total.to(out.dtype.element_ty), mask=mask)
+    ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+
+
+@triton.jit
+def two_shot_kernel(
+    out,
+    inp,
+    n,
+    flags,
+    ranks,
+    my_index,
+    cur_rank,
+    world_size,
+    max_programs,
+    heap_bases,
+    GROUP: tl.constexpr,
+    BLOCK: tl.constexpr,
+    OP: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    ccl.sync_row(
+        ccl.flag_row(flags, READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
+    owned = (tl.cdiv(n, BLOCK) - my_index + GROUP - 1) // GROUP
+    for k in range(pid, owned, tl.num_programs(0)):
+        offsets = (k * GROUP + my_index) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        total = ccl.reduce_tile(inp + offsets, cur_rank, ranks, my_index, GROUP, heap_bases, mask, OP)
+        ccl.push_tile(
+            out + offsets, total.to(out.dtype.element_ty), cur_rank, ranks, my_index, GROUP, heap_bases, mask
+        )
+    ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+
+
+@triton.jit
+def ring_kernel(
+    out,
+    inp,
+    n,
+    flags,
+    ranks,
+    my_index,
+    cur_rank,
+    world_size,
+    max_programs,
+    heap_bases,
+    GROUP: tl.constexpr,
+    BLOCK: tl.constexpr,
+    OP: tl.constexpr,
+):
+    # Chunk c of every output is reduced around the ring and ends complete on member
+    # c - 1; it then travels on around the ring. Step s (0 .. 2 GROUP - 2) of member
+    # j touches chunk (j - s) mod GROUP, reading what the previous member wrote at
+    # step s - 1, so each step waits only for the previous member's step counter.
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    steps = ccl.flag_row(flags, STEPS, pid, max_programs, world_size)
+    base = tl.load(steps + cur_rank, volatile=True)
+    prev = tl.load(ranks + (my_index + GROUP - 1) % GROUP)
+    nxt = tl.load(ranks + (my_index + 1) % GROUP)
+    chunk_tiles = tl.cdiv(tl.cdiv(n, GROUP), BLOCK)
+    for s in tl.static_range(2 * GROUP - 1):
+        if s > 0:
+            rma.wait_until(steps + prev, "ge", base + s, heap_bases=heap_bases)
+        chunk = (my_index + GROUP - (s % GROUP)) % GROUP
+        for k in range(pid, chunk_tiles, programs):
+            offsets = (chunk * chunk_tiles + k) * BLOCK + tl.arange(0, BLOCK)
+            mask = offsets < n
+            if s == 0:
+                tl.store(out + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
+            elif s < GROUP:
+                partial = rma.load(out + offsets, cur_rank, prev, heap_bases, mask=mask)
+                mine = tl.load(inp + offsets, mask=mask)
+                total = ccl.combine(ccl._accumulator(partial), ccl._accumulator(mine), OP)
+                tl.store(out + offsets, total.to(out.dtype.element_ty), mask=mask)
+            else:
+                tl.store(
+                    out + offsets, rma.load(out + offsets, cur_rank, prev, heap_bases, mask=mask), mask=mask
+                )
+        tl.store(steps + cur_rank, base + s + 1)
+        if GROUP > 1:
+            rma.signal(steps + cur_rank, 1, cur_rank, nxt, heap_bases, op="add")
+    ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+
+
+@triton.jit
+def atomic_kernel(
+    out,
+    inp,
+    n,
+    flags,
+    ranks,
+    my_index,
+    cur_rank,
+    world_size,
+    max_programs,
+    heap_bases,
+    GROUP: tl.constexpr,
+    BLOCK: tl.constexpr,
+    OP: tl.constexpr,
+):
+    tl.static_assert(OP == "sum", "the atomic all-reduce only sums")
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    tiles = tl.cdiv(n, BLOCK)
+    # Program p of every member adds into the same tiles, so zeroing them here before
+    # announcing readiness is enough; no grid-wide barrier is needed.
+    for tile in range(pid, tiles, programs):
+        offsets = tile * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out + offsets, tl.zeros([BLOCK], out.dtype.element_ty), mask=offsets < n)
+    ccl.sync_row(
+        ccl.flag_row(flags, READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
+    for tile in range(pid, tiles, programs):
+        offsets = tile * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        values = tl.load(inp + offsets, mask=mask)
+        for i in tl.static_range(GROUP):
+            peer = tl.load(ranks + (my_index + i) % GROUP)
+            rma.atomic_add(out + offsets, values, cur_rank, peer, heap_bases, mask=mask, sem="relaxed")
+    ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+
+
+KERNELS = {
+    "one_shot": one_shot_kernel,
+    "two_shot": two_shot_kernel,
+    "ring": ring_kernel,
+    "atomic": atomic_kernel,
+}
+#: Where each variant needs the tensors to be: (inp on the heap, out on the heap).
+ON_HEAP = {
+    "one_shot": (True, False),
+    "two_shot": (True, True),
+    "ring": (False, True),
+    "atomic": (False, True),
+}
+
+
+def pick_variant(config, nbytes: int, group_size: int) -> str:
+    """The algorithm ``config.all_reduce_variant == "auto"`` resolves to.
+
+    One-shot moves ``group_size - 1`` times the data of two-shot but saves a round
+    of stores; it wins while latency dominates, which lasts longer in small groups.
+
+    Example:
+        >>> pick_variant(Config(), 64 << 10, 4)
+        'one_shot'
+    """
+    if config.all_reduce_variant != "auto":
+        return config.all_reduce_variant
+    limit = config.one_shot_max_bytes
+    if limit is None:
+        limit = (1 << 20) if group_size <= 4 else (256 << 10)
+    return "one_shot" if nbytes <= limit else "two_shot"
+
+
+@dataclass(frozen=True)
+class AllReduceWorkspace:
+    """What :func:`all_reduce_preamble` settled for a pair of tensors: the variant and launch.
+
+    Pass it back as ``workspace=`` to skip the checks on later calls.
+    """
+
+    variant: str
+    key: tuple
+
+
+def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> AllReduceWorkspace:
+    """Check the arguments on every member, pick the variant, compile (see ``CCL.all_reduce_preamble``)."""
+    op = ReduceOp.parse(op)
+    state = runtime.group(group)
+    nbytes = inp.numel() * inp.element_size() if hasattr(inp, "element_size") else 0
+    variant = pick_variant(config, nbytes, state.size)
+    key = runtime.key("all_reduce", state, config, variant, op, tensor_key(out), tensor_key(inp))
+
+    def prepare():
+        ctx = runtime.ctx
+        errors: list[str] = []
+        inp_on_heap, out_on_heap = ON_HEAP[variant]
+        usable = check_tensor(errors, ctx, out, "out", REDUCIBLE_DTYPES, on_heap=out_on_heap)
+        usable &= check_tensor(errors, ctx, inp, "inp", REDUCIBLE_DTYPES, on_heap=inp_on_heap)
+        if usable:
+            if out.dtype != inp.dtype or out.shape != inp.shape:
+                errors.append(
+                    f"out is {out.dtype} {tuple(out.shape)} but inp is {inp.dtype} {tuple(inp.shape)}"
+                )
+            check_disjoint(errors, out, inp, "out and inp")
+            if variant == "atomic" and op is not ReduceOp.SUM:
+                errors.append(f"the atomic variant only sums, not {op.name}")
+        signature = (describe_tensor(out, ctx), describe_tensor(inp, ctx), variant, op, config)
+        runtime.agree(state, signature, errors, "all_reduce")
+        block = config.block_for(inp.element_size())
+        tiles = triton.cdiv(inp.numel(), block)
+        if variant in ("two_shot", "ring"):
+            tiles = triton.cdiv(tiles, state.size)
+        grid = (runtime.programs(tiles, config),)
+        args = (out, inp, inp.numel(), *runtime.group_args(state), block, op.value)
+        return KERNELS[variant], grid, args, config.num_warps
+
+    runtime.prepare(key, prepare)
+    return AllReduceWorkspace(variant, key)
+
+
+def all_reduce(runtime, out, inp, op=None, group=None, config=None) -> None:
+    """Reduce every member's ``inp`` into ``out`` on every member; see :meth:`iris.ccl.CCL.all_reduce`."""
+    runtime.launch(all_reduce_preamble(runtime, out, inp, op, group, config).key)

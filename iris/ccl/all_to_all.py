@@ -1,0 +1,102 @@
+"""All-to-all: block ``j`` of member ``i``'s input becomes block ``i`` of member ``j``'s output.
+
+A 2-D tensor ``(M, N * group_size)`` is split by columns, as in Iris: member ``i``
+sends ``inp[:, j*N:(j+1)*N]`` to ``out[:, i*N:(i+1)*N]`` of member ``j``. A 1-D
+tensor is split into contiguous blocks, as in
+:func:`torch.distributed.all_to_all_single` (pass ``t.view(-1)`` for torch's
+row-block layout). Every rank pushes its blocks, so ``out`` must be on the heap.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ..device import rma
+from . import device as ccl
+from .runtime import COPYABLE_DTYPES, DONE, READY, check_disjoint, check_tensor, describe_tensor, tensor_key
+
+
+@triton.jit
+def all_to_all_kernel(
+    out,
+    inp,
+    rows,
+    cols,
+    in_stride,
+    out_stride,
+    flags,
+    ranks,
+    my_index,
+    cur_rank,
+    world_size,
+    max_programs,
+    heap_bases,
+    GROUP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    # ``cols`` is one block's width; work unit u is tile u // GROUP of the block for
+    # member (my_index + u) % GROUP, so consecutive units go to different peers.
+    pid = tl.program_id(0)
+    ccl.sync_row(
+        ccl.flag_row(flags, READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
+    tiles_n = tl.cdiv(cols, BLOCK_N)
+    units = tl.cdiv(rows, BLOCK_M) * tiles_n * GROUP
+    for unit in range(pid, units, tl.num_programs(0)):
+        target = (my_index + unit % GROUP) % GROUP
+        tile = unit // GROUP
+        r = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
+        c = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        mask = (r < rows) & (c < cols)
+        row64 = r.to(tl.int64)
+        values = tl.load(inp + row64 * in_stride + (target * cols + c), mask=mask)
+        peer = tl.load(ranks + target)
+        rma.store(
+            out + row64 * out_stride + (my_index * cols + c), values, cur_rank, peer, heap_bases, mask=mask
+        )
+    ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+
+
+def all_to_all(runtime, out, inp, group=None, config=None) -> None:
+    """Exchange blocks between every pair of members; see :meth:`iris.ccl.CCL.all_to_all`."""
+    state = runtime.group(group)
+    key = runtime.key("all_to_all", state, config, tensor_key(out), tensor_key(inp))
+
+    def prepare():
+        ctx = runtime.ctx
+        errors: list[str] = []
+        usable = check_tensor(errors, ctx, out, "out", COPYABLE_DTYPES, on_heap=True)
+        usable &= check_tensor(errors, ctx, inp, "inp", COPYABLE_DTYPES, on_heap=False)
+        rows = cols = 0
+        if usable:
+            if out.dtype != inp.dtype or out.shape != inp.shape:
+                errors.append(
+                    f"out is {out.dtype} {tuple(out.shape)} but inp is {inp.dtype} {tuple(inp.shape)}"
+                )
+            elif inp.dim() not in (1, 2):
+                errors.append(f"inp must be 1-D or 2-D (M, N x group size), got {inp.dim()}-D")
+            elif inp.shape[-1] % state.size:
+                errors.append(f"inp's last dimension {inp.shape[-1]} does not split into {state.size} blocks")
+            else:
+                rows = inp.shape[0] if inp.dim() == 2 else 1
+                cols = inp.shape[-1] // state.size
+            check_disjoint(errors, out, inp, "out and inp")
+        signature = (describe_tensor(out, ctx), describe_tensor(inp, ctx)[:2], config)
+        runtime.agree(state, signature, errors, "all_to_all")
+        # A 1-D tensor is one row: give its tile all the width.
+        block_m, block_n = (
+            (1, config.block_for(inp.element_size()))
+            if inp.dim() == 1
+            else (config.block_size_m, config.block_size_n)
+        )
+        units = triton.cdiv(rows, block_m) * triton.cdiv(cols, block_n) * state.size
+        grid = (runtime.programs(units, config),)
+        in_stride = inp.stride(0) if inp.dim() == 2 else 0
+        out_stride = out.stride(0) if out.dim() == 2 else 0
+        args = (out, inp, rows, cols, in_stride, out_stride, *runtime.group_args(state), block_m, block_n)
+        return all_to_all_kernel, grid, args, config.num_warps
+
+    runtime.prepare(key, prepare)
+    runtime.launch(key)

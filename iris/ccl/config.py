@@ -1,0 +1,100 @@
+"""Tuning knobs of the collectives and the reduction operators they accept."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+ALL_REDUCE_VARIANTS = ("auto", "one_shot", "two_shot", "ring", "atomic")
+
+
+class ReduceOp(enum.Enum):
+    """Reductions the collectives support, named as in :class:`torch.distributed.ReduceOp`.
+
+    Example:
+        >>> ctx.ccl.all_reduce(out, inp, op=ReduceOp.MAX)
+    """
+
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+
+    @classmethod
+    def parse(cls, op) -> ReduceOp:
+        """``op`` as a :class:`ReduceOp`; accepts ours, torch's, or a name like ``"sum"``."""
+        if op is None:
+            return cls.SUM
+        if isinstance(op, cls):
+            return op
+        name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+        try:
+            return cls[name.upper()]
+        except KeyError:
+            supported = ", ".join(m.name for m in cls)
+            raise ValueError(
+                f"iris.ccl: reduction {op!r} is not supported (supported: {supported})"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Config:
+    """Launch parameters of the collectives; the defaults suit H100/H200 over NVLink.
+
+    Args:
+        block_size (int): elements per tile for the flat collectives; ``None`` picks
+            16 KiB worth of the tensor's dtype.
+        block_size_m (int): tile rows of ``all_to_all``.
+        block_size_n (int): tile columns of ``all_to_all``.
+        comm_sms (int): at most this many programs (one per SM) move data; ``None``
+            uses every SM. Small tensors use fewer, one per tile.
+        num_warps (int): warps per program.
+        all_reduce_variant (str): ``"one_shot"`` (every rank reads every input:
+            lowest latency), ``"two_shot"`` (reduce-scatter then all-gather: least
+            traffic), ``"ring"``, ``"atomic"`` (atomic adds into every output), or
+            ``"auto"`` (one-shot up to ``one_shot_max_bytes``, two-shot above).
+        one_shot_max_bytes (int): the ``"auto"`` switch point; ``None`` scales
+            with the group size (see :func:`iris.ccl.all_reduce.pick_variant`).
+        all_reduce_distribution (int): accepted for Iris compatibility; unused.
+        reduce_scatter_variant (str): accepted for Iris compatibility (``"two_shot"``).
+
+    Example:
+        >>> from iris.ccl import Config
+        >>> ctx.ccl.all_reduce(out, inp, config=Config(all_reduce_variant="ring", comm_sms=32))
+    """
+
+    block_size: int | None = None
+    block_size_m: int = 64
+    block_size_n: int = 64
+    comm_sms: int | None = None
+    num_warps: int = 8
+    all_reduce_variant: str = "auto"
+    one_shot_max_bytes: int | None = None
+    all_reduce_distribution: int = 0
+    reduce_scatter_variant: str = "two_shot"
+
+    def __post_init__(self):
+        for name in ("block_size_m", "block_size_n", "num_warps"):
+            _check_power_of_two(name, getattr(self, name))
+        if self.block_size is not None:
+            _check_power_of_two("block_size", self.block_size)
+        if self.comm_sms is not None and self.comm_sms < 1:
+            raise ValueError(f"iris.ccl.Config: comm_sms must be at least 1, got {self.comm_sms}")
+        if self.all_reduce_variant not in ALL_REDUCE_VARIANTS:
+            raise ValueError(
+                f"iris.ccl.Config: all_reduce_variant must be one of {', '.join(ALL_REDUCE_VARIANTS)}, "
+                f"got {self.all_reduce_variant!r}"
+            )
+        if self.reduce_scatter_variant not in ("two_shot", "auto"):
+            raise ValueError(
+                "iris.ccl.Config: reduce_scatter_variant must be 'two_shot', "
+                f"got {self.reduce_scatter_variant!r}"
+            )
+
+    def block_for(self, element_size: int) -> int:
+        """Elements per tile for a dtype of ``element_size`` bytes."""
+        return self.block_size or max(16384 // element_size, 256)
+
+
+def _check_power_of_two(name: str, value) -> None:
+    if not isinstance(value, int) or value < 1 or value & (value - 1):
+        raise ValueError(f"iris.ccl.Config: {name} must be a positive power of two, got {value!r}")

@@ -1,0 +1,154 @@
+"""Tile-level collective building blocks that any Triton kernel can call.
+
+Every collective in :mod:`iris.ccl` is a persistent kernel whose programs run the
+same three steps on their share of the tiles:
+
+1. :func:`arrive` + :func:`wait_arrivals` on the *ready* row: every member has
+   started this call, so its inputs are written and its output may be overwritten;
+2. move data with :func:`push_tile` (store to every member) or
+   :func:`reduce_tile` (load from every member and combine);
+3. :func:`arrive` + :func:`wait_arrivals` on the *done* row: nobody touches this
+   rank's buffers any more, so the kernel may end.
+
+Flags are monotone counters, one per (program, source rank) on each rank's heap:
+the epoch of a call is this rank's own count plus one, so no host epoch is
+passed in and the kernels replay unchanged under CUDA graphs. Program ``p`` of
+every member handles the same tiles, so it only waits for program ``p`` of the
+others.
+
+Example (a user kernel that all-gathers one tile per program)::
+
+    @triton.jit
+    def my_all_gather(out, inp, n, flags, ranks, my_index, cur_rank, world_size, heap_bases,
+                      GROUP: tl.constexpr, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        ready = flags + pid * world_size
+        epoch = ccl.arrive(ready, cur_rank, ranks, GROUP, heap_bases)
+        ccl.wait_arrivals(ready, epoch, ranks, GROUP, heap_bases)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        values = tl.load(inp + offs, mask=offs < n)
+        ccl.push_tile(out + my_index * n + offs, values, cur_rank, ranks, my_index, GROUP,
+                      heap_bases, offs < n)
+        ...  # arrive/wait on a done row before returning
+"""
+
+import triton
+import triton.language as tl
+
+from ..device import rma
+
+
+@triton.jit
+def arrive(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
+    """Count this program's arrival at ``row[cur_rank]`` on every member; returns the epoch.
+
+    ``row`` is this program's ``world_size``-long flag row (same offset on every
+    heap). The epoch is how many times this rank has arrived there, including now.
+
+    Example:
+        >>> epoch = ccl.arrive(flags + pid * world_size, cur_rank, ranks, GROUP, heap_bases)
+    """
+    # Only this rank ever writes its own slot on its own heap, so a plain
+    # read-increment-write is enough there; peers get a release add.
+    epoch = tl.load(row + cur_rank, volatile=True) + 1
+    tl.store(row + cur_rank, epoch)
+    for i in tl.static_range(GROUP):
+        peer = tl.load(ranks + i)
+        if peer != cur_rank:
+            rma.signal(row + cur_rank, 1, cur_rank, peer, heap_bases, op="add")
+    return epoch
+
+
+@triton.jit
+def wait_arrivals(row, epoch, ranks, GROUP: tl.constexpr, heap_bases):
+    """Wait until every member has arrived ``epoch`` times at its slot of ``row`` on this rank.
+
+    Example:
+        >>> ccl.wait_arrivals(flags + pid * world_size, epoch, ranks, GROUP, heap_bases)
+    """
+    for i in tl.static_range(GROUP):
+        peer = tl.load(ranks + i)
+        rma.wait_until(row + peer, "ge", epoch, heap_bases=heap_bases)
+
+
+@triton.jit
+def sync_row(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
+    """:func:`arrive` then :func:`wait_arrivals`: a barrier of program ``pid`` across the group.
+
+    Example:
+        >>> epoch = ccl.sync_row(ready_row, cur_rank, ranks, GROUP, heap_bases)
+    """
+    epoch = arrive(row, cur_rank, ranks, GROUP, heap_bases)
+    wait_arrivals(row, epoch, ranks, GROUP, heap_bases)
+    return epoch
+
+
+@triton.jit
+def push_tile(dst, values, cur_rank, ranks, my_index, GROUP: tl.constexpr, heap_bases, mask=None):
+    """Store ``values`` at ``dst`` on every member of the group (this rank included).
+
+    Members are visited starting after this rank so that concurrent pushes spread
+    over different links.
+
+    Example:
+        >>> ccl.push_tile(out + my_index * n + offs, vals, cur_rank, ranks, my_index, GROUP,
+        ...               heap_bases, offs < n)
+    """
+    for i in tl.static_range(GROUP):
+        peer = tl.load(ranks + (my_index + i) % GROUP)
+        rma.store(dst, values, cur_rank, peer, heap_bases, mask=mask)
+
+
+@triton.jit
+def combine(acc, values, OP: tl.constexpr):
+    """``acc OP values`` for OP in ``"sum"``, ``"max"``, ``"min"``."""
+    if OP == "sum":
+        result = acc + values
+    elif OP == "max":
+        result = tl.maximum(acc, values)
+    else:
+        tl.static_assert(OP == "min", "reduction must be sum, max or min")
+        result = tl.minimum(acc, values)
+    return result
+
+
+@triton.jit
+def reduce_tile(
+    src,
+    cur_rank,
+    ranks,
+    my_index,
+    GROUP: tl.constexpr,
+    heap_bases,
+    mask=None,
+    OP: tl.constexpr = tl.constexpr("sum"),
+):
+    """Combine ``src`` over every member of the group; floats accumulate in fp32.
+
+    Returns the result in fp32 for floating inputs and in the input type otherwise.
+
+    Example:
+        >>> total = ccl.reduce_tile(inp + offs, cur_rank, ranks, my_index, GROUP, heap_bases, offs < n)
+        >>> tl.store(out + offs, total.to(out.dtype.element_ty), mask=offs < n)
+    """
+    # Issue every member's load before combining so the remote reads overlap.
+    acc = _accumulator(rma.load(src, cur_rank, tl.load(ranks + my_index), heap_bases, mask=mask))
+    for i in tl.static_range(1, GROUP):
+        peer = tl.load(ranks + (my_index + i) % GROUP)
+        acc = combine(acc, _accumulator(rma.load(src, cur_rank, peer, heap_bases, mask=mask)), OP)
+    return acc
+
+
+@triton.jit
+def _accumulator(values):
+    if values.dtype.is_floating():
+        result = values.to(tl.float32)
+    else:
+        result = values
+    return result
+
+
+@triton.jit
+def flag_row(flags, phase, pid, max_programs, world_size):
+    """Program ``pid``'s row of ``phase`` (READY=0, DONE=1, STEPS=2) in a group's flags."""
+    return flags + (phase * max_programs + pid) * world_size

@@ -1,0 +1,198 @@
+"""What every collective shares on the host: group state, argument checks and fast launches.
+
+A collective call is keyed by everything that shapes its launch (tensors'
+addresses, shapes, strides and dtypes, the group, the config, whether tracing is
+compiled in). The first call with a key checks the arguments on every member and
+compiles; later calls with the same key go straight to the compiled kernel, so a
+small collective costs a few microseconds of host time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import triton
+from triton import knobs
+
+from ..group_slots import GroupSlots
+
+#: Flag rows per program: ready, done and the ring's step counters.
+READY, DONE, STEPS = 0, 1, 2
+PHASES = 3
+#: Groups whose collectives can be in use at once (slot 0 is the whole world).
+GROUP_SLOTS = 16
+
+#: Element types the data-moving collectives accept; reductions accept the first four.
+REDUCIBLE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.int32)
+COPYABLE_DTYPES = REDUCIBLE_DTYPES + (torch.float64, torch.int64, torch.int16, torch.int8, torch.uint8)
+
+
+class CollectiveError(ValueError):
+    """Arguments that would make a collective wrong or hang, reported on every member."""
+
+
+@dataclass
+class Group:
+    """One group's members and flag rows, as the kernels see them."""
+
+    members: tuple[int, ...]
+    ranks: torch.Tensor  # int32 member ranks, on the device
+    my_index: int
+    flags: torch.Tensor  # int32 [PHASES, max_programs, world_size] on the heap
+    process_group: object
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+
+class Runtime:
+    """The collectives' shared state on one rank (created with the :class:`~iris.Iris` object)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.max_programs = ctx.get_cu_count()
+        # Allocated at start-up on every rank, so later heap allocations stay symmetric
+        # even when only some ranks use a subgroup.
+        self.flags = ctx._tensors.filled(
+            (GROUP_SLOTS, PHASES, self.max_programs, ctx.num_ranks), torch.int32, lambda t: t.zero_()
+        )
+        self._slots = GroupSlots(GROUP_SLOTS, ctx.num_ranks, "collective")
+        self._groups: dict[object, Group] = {}
+        self._launches: dict[tuple, _Launch] = {}
+
+    def group(self, process_group) -> Group:
+        """The :class:`Group` for a torch process group (``None``: every rank)."""
+        state = self._groups.get(process_group)
+        if state is None:
+            members = self.ctx._group_members(process_group)
+            state = Group(
+                members=members,
+                ranks=torch.tensor(members, dtype=torch.int32, device=self.ctx.device),
+                my_index=members.index(self.ctx.cur_rank),
+                flags=self.flags[self._slots.slot(members)],
+                process_group=process_group,
+            )
+            self._groups[process_group] = state
+        return state
+
+    def group_args(self, state: Group) -> tuple:
+        """The arguments every collective kernel takes after its own, up to ``GROUP``."""
+        ctx = self.ctx
+        return (
+            state.flags,
+            state.ranks,
+            state.my_index,
+            ctx.cur_rank,
+            ctx.num_ranks,
+            self.max_programs,
+            ctx.get_heap_bases(),
+            state.size,
+        )
+
+    def key(self, name: str, state: Group, config, *parts) -> tuple:
+        """The launch-cache key of a call (tracing on or off compiles different kernels)."""
+        return (name, state.members, config, self.ctx.tracing.enabled, *parts)
+
+    def programs(self, tiles: int, config) -> int:
+        """How many programs a launch over ``tiles`` tiles uses."""
+        cap = min(config.comm_sms or self.max_programs, self.max_programs)
+        return max(1, min(tiles, cap))
+
+    def prepare(self, key: tuple, prepare: Callable[[], tuple]) -> None:
+        """Make the launch for ``key`` ready; ``prepare`` runs only the first time.
+
+        ``prepare`` checks the arguments on every member (raising the same error on
+        all of them) and returns ``(kernel, grid, args, num_warps)``.
+        """
+        if key not in self._launches:
+            self._launches[key] = _Launch(*prepare())
+
+    def launch(self, key: tuple) -> None:
+        """Launch the prepared collective ``key`` on the current stream."""
+        self._launches[key]()
+
+    def agree(self, group: Group, signature: tuple, errors: list[str], what: str) -> None:
+        """Raise :class:`CollectiveError` on every member if any member found an error or differs.
+
+        ``signature`` is what must be identical on every member (shapes, dtypes,
+        heap offsets, config); ``errors`` this rank's own findings.
+        """
+        if group.size == 1 and not errors:
+            return
+        mine = (self.ctx.cur_rank, signature, errors)
+        if group.process_group is None:
+            everyone = self.ctx._comm.all_gather_object(mine)
+        else:
+            everyone = [None] * group.size
+            dist.all_gather_object(everyone, mine, group=group.process_group)
+        problems = [f"rank {rank}: {error}" for rank, _, rank_errors in everyone for error in rank_errors]
+        reference_rank, reference = everyone[0][0], everyone[0][1]
+        for rank, other, _ in everyone[1:]:
+            if other != reference:
+                problems.append(f"rank {rank} called it with {other}, rank {reference_rank} with {reference}")
+        if problems:
+            raise CollectiveError(f"iris.ccl.{what}: " + "; ".join(problems))
+
+
+class _Launch:
+    """A kernel launch with its arguments fixed; after the first call it skips Triton's binder."""
+
+    def __init__(self, kernel, grid: tuple, args: tuple, num_warps: int):
+        self.kernel, self.grid, self.args, self.num_warps = kernel, grid, args, num_warps
+        self.compiled = None
+
+    def __call__(self) -> None:
+        hooks = knobs.runtime.launch_enter_hook or knobs.runtime.launch_exit_hook
+        if self.compiled is None or hooks:
+            compiled = self.kernel[self.grid](*self.args, num_warps=self.num_warps)
+            # The interpreter returns nothing to reuse; it always takes this path.
+            self.compiled = compiled if hasattr(compiled, "packed_metadata") else None
+            return
+        device = triton.runtime.driver.active.get_current_device()
+        stream = triton.runtime.driver.active.get_current_stream(device)
+        c = self.compiled
+        c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *self.args)
+
+
+def describe_tensor(tensor: torch.Tensor, ctx) -> tuple:
+    """What must match across ranks about ``tensor``: shape, dtype and heap offset (or None)."""
+    offset = ctx.heap.offset_of(tensor) if ctx.is_symmetric(tensor) else None
+    return (tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""), offset)
+
+
+def tensor_key(tensor: torch.Tensor) -> tuple:
+    """What makes two calls launch differently: address, shape, strides, dtype."""
+    return (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
+
+
+def check_tensor(errors: list[str], ctx, tensor, name: str, dtypes, on_heap: bool) -> bool:
+    """Append what is wrong with ``tensor`` to ``errors``; True when it is usable."""
+    if not isinstance(tensor, torch.Tensor):
+        errors.append(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        return False
+    before = len(errors)
+    if tensor.dtype not in dtypes:
+        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        errors.append(f"{name} has dtype {str(tensor.dtype).replace('torch.', '')}; supported: {names}")
+    if not tensor.is_contiguous():
+        errors.append(f"{name} must be contiguous")
+    if on_heap and not ctx.is_symmetric(tensor):
+        errors.append(
+            f"{name} is not on the symmetric heap (allocate it with ctx.empty/zeros/...: peers must reach it)"
+        )
+    elif tensor.device != ctx.device and not (tensor.device.type == "cpu" and ctx.device.type == "cpu"):
+        errors.append(f"{name} is on {tensor.device}, this rank's device is {ctx.device}")
+    return len(errors) == before
+
+
+def check_disjoint(errors: list[str], a: torch.Tensor, b: torch.Tensor, names: str) -> None:
+    """Append an error when ``a`` and ``b`` share memory."""
+    a_start, b_start = a.data_ptr(), b.data_ptr()
+    a_end = a_start + a.numel() * a.element_size()
+    b_end = b_start + b.numel() * b.element_size()
+    if a_start < b_end and b_start < a_end:
+        errors.append(f"{names} overlap; this collective needs separate input and output")

@@ -2,6 +2,7 @@
 # The whole GPU pass in one command: test suite (examples included), put/get and tracing benchmarks.
 #   bash scripts/gpu_check.sh        results land in $OUT (device tool) or ./out
 #   SKIP_TESTS=1 / SKIP_BENCH=1      to leave a part out
+#   TESTS="tests/test_ccl.py"          to run some test files only
 set -u
 site=$PWD
 if [ -d .whl ]; then  # packages the GPU image lacks (perfetto), carried as wheels
@@ -16,7 +17,7 @@ sizes=1,2; [ "$gpus" -ge 4 ] && sizes=1,2,4
 nvidia-smi -L
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  IRIS_TEST_WORLD_SIZES=$sizes timeout "${TEST_TIMEOUT:-420}" python -m pytest tests -q -p no:cacheprovider \
+  IRIS_TEST_WORLD_SIZES=$sizes timeout "${TEST_TIMEOUT:-420}" python -m pytest ${TESTS:-tests} -q -p no:cacheprovider \
     --timeout=300 -rfE 2>&1 | tee "$out/pytest_cuda_${gpus}gpu.log" | grep -v Warning | tail -25
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then

@@ -8,7 +8,7 @@
 * ``ring``: the classic ``2 (group_size - 1)`` neighbour steps, pulling partial
   sums from the previous rank's output; per-tile step counters replace barriers.
 * ``atomic``: every rank zeroes its output, then atomically adds its input into
-  every member's output.
+  every member's output (fp32 and int32).
 
 Inputs are read remotely by ``one_shot`` and ``two_shot`` (so they must be on
 the heap); outputs are written remotely by ``two_shot`` and ``atomic`` and read
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 import triton
 import triton.language as tl
 
@@ -185,6 +186,8 @@ def atomic_kernel(
     ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
 
 
+#: Element types with an exact atomic add on both backends.
+ATOMIC_DTYPES = (torch.float32, torch.int32)
 KERNELS = {
     "one_shot": one_shot_kernel,
     "two_shot": two_shot_kernel,
@@ -251,6 +254,8 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
             check_disjoint(errors, out, inp, "out and inp")
             if variant == "atomic" and op is not ReduceOp.SUM:
                 errors.append(f"the atomic variant only sums, not {op.name}")
+            if variant == "atomic" and inp.dtype not in ATOMIC_DTYPES:
+                errors.append(f"the atomic variant adds fp32 or int32, not {inp.dtype}; pick another variant")
         signature = (describe_tensor(out, ctx), describe_tensor(inp, ctx), variant, op, config)
         runtime.agree(state, signature, errors, "all_reduce")
         block = config.block_for(inp.element_size())

@@ -1,0 +1,290 @@
+"""Iris device collectives beside NCCL (torch.distributed), eager and under CUDA graphs.
+
+For each collective and size (nccl-tests conventions: ``size`` is the whole
+buffer: all_reduce/all_to_all/broadcast in and out, all_gather's output,
+reduce_scatter's input), both implementations run the same fixed number of
+iterations on every rank (warm-up, barrier, CUDA events, max over ranks):
+
+* eager: ``iters`` back-to-back calls from Python;
+* graph: one CUDA graph holding ``GRAPH_CALLS`` calls, replayed until ``iters`` calls ran.
+
+Before timing, both run once on the same random inputs with poisoned outputs and
+every element of Iris's result is compared with NCCL's. Bus bandwidth uses the
+nccl-tests factors (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all
+(n-1)/n; broadcast 1). ``--variants`` adds every all_reduce algorithm, eager.
+
+    python -m iris.run -n 4 benchmarks/collectives.py --out benchmarks/results/collectives_h200x4.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+from common import all_ranks_agree, time_loop, write_report
+
+import iris
+from iris.ccl import Config
+
+KIB = 1024
+GRAPH_CALLS = 10
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+VARIANTS = ("one_shot", "two_shot", "ring", "atomic")
+
+
+def bus_factor(name: str, world: int) -> float:
+    return (
+        2 * (world - 1) / world
+        if name == "all_reduce"
+        else (1.0 if name == "broadcast" else (world - 1) / world)
+    )
+
+
+def buffers(name: str, nbytes: int, world: int, heap_in, heap_out, dtype):
+    """(Iris in, Iris out, NCCL in, NCCL out) as flat views; sizes follow nccl-tests."""
+    n = nbytes // torch.tensor([], dtype=dtype).element_size()
+    n -= n % world
+    n_in = n // world if name == "all_gather" else n
+    n_out = n // world if name == "reduce_scatter" else n
+    if name == "broadcast":
+        return heap_out[:n], heap_out[:n], heap_out.new_empty(n), heap_out.new_empty(n)
+    return (
+        heap_in[:n_in],
+        heap_out[:n_out],
+        torch.empty_like(heap_in[:n_in]),
+        torch.empty_like(heap_out[:n_out]),
+    )
+
+
+def calls(ctx, name: str, iris_in, iris_out, nccl_in, nccl_out, config):
+    """(iris_call, nccl_call) running one collective each."""
+    if name == "all_reduce":
+        return (
+            lambda: ctx.ccl.all_reduce(iris_out, iris_in, config=config),
+            lambda: dist.all_reduce(nccl_out),  # in place: the check copies the input in first
+        )
+    if name == "all_gather":
+        return (
+            lambda: ctx.ccl.all_gather(iris_out, iris_in, config=config),
+            lambda: dist.all_gather_into_tensor(nccl_out, nccl_in),
+        )
+    if name == "reduce_scatter":
+        return (
+            lambda: ctx.ccl.reduce_scatter(iris_out, iris_in, config=config),
+            lambda: dist.reduce_scatter_tensor(nccl_out, nccl_in),
+        )
+    if name == "all_to_all":
+        return (
+            lambda: ctx.ccl.all_to_all(iris_out, iris_in, config=config),
+            lambda: dist.all_to_all_single(nccl_out, nccl_in),
+        )
+    return (
+        lambda: ctx.ccl.broadcast(iris_out, src=0, config=config),
+        lambda: dist.broadcast(nccl_out, src=0),
+    )
+
+
+def check(ctx, name, iris_in, iris_out, nccl_in, nccl_out, iris_call, nccl_call) -> bool:
+    """Same random input to both, outputs poisoned, every element compared."""
+    generator = torch.Generator(device=iris_in.device).manual_seed(1000 + ctx.get_rank())
+    values = torch.randn(iris_in.numel(), generator=generator, device=iris_in.device).to(iris_in.dtype)
+    iris_in.copy_(values)
+    nccl_in.copy_(values)
+    receives = name != "broadcast" or ctx.get_rank() != 0
+    if receives:
+        iris_out.fill_(float("nan"))
+        nccl_out.fill_(float("nan"))
+    if name == "all_reduce" or not receives:
+        nccl_out.copy_(values)
+    iris_call()
+    nccl_call()
+    torch.cuda.synchronize()
+    ctx.barrier()
+    # all_reduce sums in a different order than NCCL; allow for fp32 rounding.
+    return bool(torch.allclose(iris_out, nccl_out, rtol=1e-5, atol=1e-5))
+
+
+def graph_of(fn, calls_per_graph: int):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls_per_graph):
+            fn()
+    return graph
+
+
+def iterations(nbytes: int, base: int) -> int:
+    return base if nbytes <= 16 << 20 else max(5, base * (16 << 20) // nbytes)
+
+
+def measure(ctx, fn, iters: int, graphs: bool) -> dict:
+    result = {"eager_us": time_loop(ctx, fn, iters) * 1e6}
+    if graphs:
+        graph = graph_of(fn, GRAPH_CALLS)
+        replays = max(1, iters // GRAPH_CALLS)
+        result["graph_us"] = time_loop(ctx, graph.replay, replays, warmup=2) * 1e6 / GRAPH_CALLS
+        del graph
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--min-kib", type=int, default=1)
+    parser.add_argument("--max-mib", type=int, default=1024)
+    parser.add_argument(
+        "--iters", type=int, default=100, help="calls per measurement up to 16 MiB (fewer above)"
+    )
+    parser.add_argument("--collectives", default=",".join(COLLECTIVES))
+    parser.add_argument("--variants", action="store_true", help="also time each all_reduce algorithm (eager)")
+    parser.add_argument("--no-graphs", action="store_true")
+    parser.add_argument("--comm-sms", type=int, default=None)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+
+    max_bytes = args.max_mib << 20
+    ctx = iris.iris(2 * max_bytes + (64 << 20))
+    world = ctx.get_num_ranks()
+    dtype = torch.float32
+    heap_in = ctx.empty(max_bytes // 4, dtype=dtype)
+    heap_out = ctx.empty(max_bytes // 4, dtype=dtype)
+    sizes = []
+    size = args.min_kib * KIB
+    while size <= max_bytes:
+        sizes.append(size)
+        size *= 4
+    rows = []
+    for name in args.collectives.split(","):
+        for nbytes in sizes:
+            bufs = buffers(name, nbytes, world, heap_in, heap_out, dtype)
+            entries = [("iris", Config(comm_sms=args.comm_sms)), ("nccl", None)]
+            if args.variants and name == "all_reduce" and nbytes <= 256 << 20:
+                entries += [
+                    (f"iris:{v}", Config(all_reduce_variant=v, comm_sms=args.comm_sms)) for v in VARIANTS
+                ]
+            iris_call, nccl_call = calls(ctx, name, *bufs, Config(comm_sms=args.comm_sms))
+            ok = all_ranks_agree(check(ctx, name, *bufs, iris_call, nccl_call))
+            iters = iterations(nbytes, args.iters)
+            for impl, config in entries:
+                fn = nccl_call if impl == "nccl" else calls(ctx, name, *bufs, config)[0]
+                if impl.startswith("iris:"):
+                    ok_variant = all_ranks_agree(check(ctx, name, *bufs, fn, nccl_call))
+                else:
+                    ok_variant = ok
+                timing = measure(ctx, fn, iters, graphs=not args.no_graphs and ":" not in impl)
+                row = {
+                    "collective": name,
+                    "bytes": nbytes,
+                    "impl": impl,
+                    "iters": iters,
+                    "correct": ok_variant,
+                }
+                row.update(timing)
+                for mode in ("eager", "graph"):
+                    if f"{mode}_us" in row:
+                        row[f"{mode}_busbw_gbs"] = (
+                            nbytes / (row[f"{mode}_us"] * 1e-6) * bus_factor(name, world) / 1e9
+                        )
+                rows.append(row)
+                if ctx.get_rank() == 0:
+                    print(_line(row), flush=True)
+    report = {"world_size": world, "dtype": "float32", "graph_calls": GRAPH_CALLS, "rows": rows}
+    report["summary"] = summarize(rows)
+    write_report(report, args.out, world)
+    if ctx.get_rank() == 0:
+        print_summary(report["summary"])
+        if args.out:
+            plot(rows, os.path.splitext(args.out)[0] + ".png", world)
+    ctx.barrier()
+
+
+def _line(row) -> str:
+    graph = (
+        f"  graph {row['graph_us']:9.1f} us {row['graph_busbw_gbs']:7.1f} GB/s" if "graph_us" in row else ""
+    )
+    return (
+        f"{row['collective']:>14} {_size(row['bytes']):>8} {row['impl']:>15}  eager {row['eager_us']:9.1f} us "
+        f"{row['eager_busbw_gbs']:7.1f} GB/s{graph}  {'ok' if row['correct'] else 'WRONG'}"
+    )
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+
+
+def summarize(rows) -> list[dict]:
+    """Iris over NCCL time ratio (below 1: Iris faster) per collective, size and mode."""
+    table = {}
+    for row in rows:
+        table[(row["collective"], row["bytes"], row["impl"])] = row
+    summary = []
+    for (name, nbytes, impl), row in table.items():
+        if impl != "iris":
+            continue
+        nccl = table[(name, nbytes, "nccl")]
+        entry = {"collective": name, "bytes": nbytes, "correct": row["correct"]}
+        for mode in ("eager", "graph"):
+            key = f"{mode}_us"
+            if key in row and key in nccl:
+                entry[f"{mode}_iris_us"] = row[key]
+                entry[f"{mode}_nccl_us"] = nccl[key]
+                entry[f"{mode}_speedup"] = nccl[key] / row[key]
+        summary.append(entry)
+    return summary
+
+
+def print_summary(summary) -> None:
+    print(
+        "\n| collective | size | eager Iris us | eager NCCL us | speedup | graph Iris us | graph NCCL us | speedup |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for e in summary:
+        graph = (
+            f"{e['graph_iris_us']:.1f} | {e['graph_nccl_us']:.1f} | {e['graph_speedup']:.2f}x"
+            if "graph_iris_us" in e
+            else "- | - | -"
+        )
+        print(
+            f"| {e['collective']} | {_size(e['bytes'])} | {e['eager_iris_us']:.1f} | {e['eager_nccl_us']:.1f} | "
+            f"{e['eager_speedup']:.2f}x | {graph} |"
+        )
+
+
+def plot(rows, path: str, world: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = sorted({r["collective"] for r in rows}, key=COLLECTIVES.index)
+    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 4), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        for impl in sorted({r["impl"] for r in rows if r["collective"] == name}):
+            for mode, style in (("eager", "-"), ("graph", "--")):
+                points = [
+                    (r["bytes"], r[f"{mode}_us"])
+                    for r in rows
+                    if r["collective"] == name and r["impl"] == impl and f"{mode}_us" in r
+                ]
+                if points:
+                    xs, ys = zip(*points)
+                    ax.plot(xs, ys, style, marker="o", markersize=3, label=f"{impl} {mode}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{name}, {world} ranks")
+        ax.set_xlabel("bytes")
+        ax.set_ylabel("us per call (max over ranks)")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,381 @@
+"""Device collectives against torch.distributed on the same inputs, at every world size.
+
+Sizes are deliberately not multiples of the block sizes. References are computed
+from ``dist.all_gather`` of the inputs (exact for copies, fp32 sums for
+reductions), so the check covers every dtype the backends' torch.distributed
+does not reduce itself.
+"""
+
+import pytest
+import torch
+import torch.distributed as dist
+import triton
+import triton.language as tl
+
+import iris
+from iris import ccl as ccl_api
+from iris.ccl import CollectiveError, Config
+from iris.ccl import device as ccl
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "int32": torch.int32}
+TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 2e-2, torch.float32: 1e-5, torch.int32: 0}
+SMALL = Config(block_size=64, block_size_m=8, block_size_n=16, comm_sms=3)
+N = 301  # elements per rank: five 64-element tiles, the last one partial
+on_gpu = pytest.mark.skipif(iris.BACKEND == "emulated", reason="CUDA graphs need a GPU")
+
+
+def _random(ctx, shape, dtype, seed):
+    """Fresh random values of ``dtype`` in a new heap tensor (integers for int32)."""
+    generator = torch.Generator().manual_seed(seed)
+    if dtype == torch.int32:
+        values = torch.randint(-50, 50, shape, generator=generator)
+    else:
+        values = torch.randn(shape, generator=generator)
+    tensor = ctx.empty(*shape, dtype=dtype)
+    tensor.copy_(values.to(dtype).to(tensor.device))
+    return tensor
+
+
+def _gather(tensor, group=None):
+    """Every member's ``tensor`` (as fp32 on the CPU where possible), through torch.distributed."""
+    size = dist.get_world_size(group)
+    parts = [torch.empty_like(tensor) for _ in range(size)]
+    dist.all_gather(parts, tensor, group=group)
+    return [p.cpu().to(torch.float32 if p.is_floating_point() else p.dtype) for p in parts]
+
+
+def _close(actual, expected, dtype):
+    actual = actual.cpu().to(expected.dtype)
+    tol = TOLERANCE[dtype]
+    scale = expected.abs().max().clamp(min=1)
+    return bool(((actual - expected).abs() <= tol * scale).all())
+
+
+def _reduce(parts, op):
+    stacked = torch.stack(parts)
+    return {"sum": stacked.sum(0), "max": stacked.amax(0), "min": stacked.amin(0)}[op]
+
+
+# ---------------------------------------------------------------- all_reduce
+def _all_reduce_body(rank, world_size, variant, op):
+    with iris.iris(1 << 22) as ctx:
+        results = {}
+        for name, dtype in DTYPES.items():
+            if variant == "atomic" and (op != "sum" or dtype not in (torch.float32, torch.int32)):
+                continue
+            inp = _random(ctx, (N,), dtype, seed=rank * 7 + 1)
+            out = ctx.full((N,), 99, dtype=dtype)
+            config = Config(block_size=64, comm_sms=3, all_reduce_variant=variant)
+            ctx.ccl.all_reduce(out, inp, op=op, config=config)
+            expected = _reduce(_gather(inp), op)
+            results[name] = _close(out, expected, dtype)
+        return results
+
+
+@pytest.mark.parametrize("variant", ["one_shot", "two_shot", "ring", "atomic"])
+def test_all_reduce_sums_like_torch(world, variant):
+    for results in world.run(_all_reduce_body, variant, "sum"):
+        assert all(results.values()), results
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_all_reduce_max_min(multi_world, op):
+    for results in multi_world.run(_all_reduce_body, "two_shot", op):
+        assert all(results.values()), results
+
+
+def _all_reduce_vs_dist_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        inp = _random(ctx, (1000,), torch.float32, seed=rank)
+        out = ctx.empty(1000)
+        ctx.ccl.all_reduce(out, inp)
+        expected = inp.clone()
+        dist.all_reduce(expected)
+        return torch.allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_all_reduce_auto_matches_dist_all_reduce(world):
+    assert all(world.run(_all_reduce_vs_dist_body))
+
+
+def test_auto_picks_one_shot_small_and_two_shot_large():
+    assert ccl_api.pick_variant(Config(), 64 << 10, 4) == "one_shot"
+    assert ccl_api.pick_variant(Config(), 256 << 20, 4) == "two_shot"
+    assert ccl_api.pick_variant(Config(all_reduce_variant="ring"), 1, 4) == "ring"
+
+
+# ---------------------------------------------------------------- the others
+def _all_gather_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        results = {}
+        for name, dtype in DTYPES.items():
+            inp = _random(ctx, (N // 7, 7), dtype, seed=rank + 10)
+            out = ctx.full((world_size * (N // 7), 7), 99, dtype=dtype)
+            ctx.ccl.all_gather(out, inp, config=SMALL)
+            results[name] = torch.equal(
+                out.cpu().to(torch.float32), torch.cat(_gather(inp)).to(torch.float32)
+            )
+        return results
+
+
+def test_all_gather_concatenates_like_torch(world):
+    for results in world.run(_all_gather_body):
+        assert all(results.values()), results
+
+
+def _reduce_scatter_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        results = {}
+        for name, dtype in DTYPES.items():
+            inp = _random(ctx, (world_size * N,), dtype, seed=rank + 20)
+            out = ctx.full((N,), 99, dtype=dtype)
+            ctx.ccl.reduce_scatter(out, inp, config=SMALL)
+            expected = _reduce(_gather(inp), "sum")[rank * N : (rank + 1) * N]
+            results[name] = _close(out, expected, dtype)
+        return results
+
+
+def test_reduce_scatter_keeps_this_ranks_block(world):
+    for results in world.run(_reduce_scatter_body):
+        assert all(results.values()), results
+
+
+def _all_to_all_body(rank, world_size, two_d):
+    with iris.iris(1 << 22) as ctx:
+        results = {}
+        for name, dtype in DTYPES.items():
+            shape = (13, 5 * world_size) if two_d else (37 * world_size,)
+            inp = _random(ctx, shape, dtype, seed=rank + 30)
+            out = ctx.full(shape, 99, dtype=dtype)
+            ctx.ccl.all_to_all(out, inp, config=SMALL)
+            parts = _gather(inp)
+            if two_d:
+                expected = torch.cat([p[:, rank * 5 : (rank + 1) * 5] for p in parts], dim=1)
+            else:
+                expected = torch.cat([p[rank * 37 : (rank + 1) * 37] for p in parts])
+            results[name] = torch.equal(out.cpu().to(expected.dtype), expected)
+        return results
+
+
+@pytest.mark.parametrize("two_d", [True, False], ids=["columns", "flat"])
+def test_all_to_all_exchanges_blocks(world, two_d):
+    for results in world.run(_all_to_all_body, two_d):
+        assert all(results.values()), results
+
+
+def _broadcast_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        src = world_size - 1
+        tensor = _random(ctx, (N,), torch.bfloat16, seed=rank + 40)
+        expected = tensor.clone()
+        dist.broadcast(expected, src=src)
+        ctx.ccl.broadcast(tensor, src=src, config=SMALL)
+        return torch.equal(tensor, expected)
+
+
+def test_broadcast_copies_from_src(world):
+    assert all(world.run(_broadcast_body))
+
+
+# ---------------------------------------------------------------- reuse, groups, async
+def _many_calls_body(rank, world_size):
+    # Epochs come from device counters: interleaved collectives and variants must
+    # keep agreeing call after call.
+    with iris.iris(1 << 22) as ctx:
+        out = ctx.empty(N)
+        gathered = ctx.empty(world_size * N)
+        ok = []
+        for step in range(6):
+            inp = _random(ctx, (N,), torch.float32, seed=100 * step + rank)
+            variant = ["one_shot", "two_shot", "ring", "atomic"][step % 4]
+            ctx.ccl.all_reduce(out, inp, config=Config(block_size=64, all_reduce_variant=variant))
+            ok.append(_close(out, _reduce(_gather(inp), "sum"), torch.float32))
+            ctx.ccl.all_gather(gathered, inp, config=SMALL)
+            ok.append(torch.equal(gathered, torch.cat(_gather(inp))))
+        return ok
+
+
+def test_repeated_mixed_calls_stay_in_step(world):
+    for ok in world.run(_many_calls_body):
+        assert all(ok), ok
+
+
+def _subgroup_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        halves = [
+            dist.new_group(list(range(0, world_size // 2))),
+            dist.new_group(list(range(world_size // 2, world_size))),
+        ]
+        mine = halves[0] if rank < world_size // 2 else halves[1]
+        inp = _random(ctx, (N,), torch.float32, seed=rank + 50)
+        out = ctx.empty(N)
+        gathered = ctx.full((world_size // 2 * N,), 99.0)
+        ctx.ccl.all_reduce(out, inp, group=mine, config=SMALL)
+        ctx.ccl.all_gather(gathered, inp, group=mine, config=SMALL)
+        work = ctx.ccl.all_reduce(out, inp, group=mine, config=SMALL, async_op=True)
+        work.wait()
+        parts = _gather(inp, group=mine)
+        return _close(out, _reduce(parts, "sum"), torch.float32) and torch.equal(gathered, torch.cat(parts))
+
+
+def test_subgroups_reduce_and_gather_among_members_only(multi_world):
+    assert all(multi_world.run(_subgroup_body))
+
+
+# ---------------------------------------------------------------- errors on every rank
+def _mismatch_body(rank, world_size, problem):
+    with iris.iris(1 << 22) as ctx:
+        n = 64 + (rank if problem == "shape" else 0)
+        inp = ctx.randn(n)
+        out = ctx.empty(n, dtype=torch.float16 if problem == "dtype" and rank == 0 else torch.float32)
+        if problem == "off_heap" and rank == world_size - 1:
+            inp = torch.randn(n, device=ctx.get_device())
+        try:
+            ctx.ccl.all_reduce(out, inp, config=SMALL)
+        except CollectiveError as error:
+            return str(error)
+        return None
+
+
+@pytest.mark.parametrize(
+    "problem, expected",
+    [
+        ("shape", "called it with"),
+        ("dtype", "out is torch.float16"),
+        ("off_heap", "not on the symmetric heap"),
+    ],
+)
+def test_bad_arguments_raise_on_every_rank(multi_world, problem, expected):
+    messages = multi_world.run(_mismatch_body, problem)
+    assert all(m is not None and expected in m for m in messages), messages
+
+
+def _bad_shape_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        try:
+            ctx.ccl.all_gather(ctx.empty(5), ctx.empty(5))
+        except CollectiveError as error:
+            return str(error)
+
+
+def test_all_gather_output_size_is_checked(world):
+    if world.world_size == 1:
+        pytest.skip("a group of one gathers into an output of the input's size")
+    assert all("needs" in m for m in world.run(_bad_shape_body))
+
+
+def test_config_rejects_unknown_variant():
+    with pytest.raises(ValueError, match="all_reduce_variant"):
+        Config(all_reduce_variant="tree")
+    with pytest.raises(ValueError, match="power of two"):
+        Config(block_size=100)
+
+
+# ---------------------------------------------------------------- tracing and user kernels
+def _traced_body(rank, world_size):
+    with iris.iris(1 << 24) as ctx:
+        inp = _random(ctx, (N,), torch.float32, seed=rank)
+        out = ctx.empty(N)
+        ctx.tracing.enable(max_events=64 * ctx.get_cu_count())
+        ctx.ccl.all_reduce(out, inp, config=Config(block_size=64, all_reduce_variant="two_shot"))
+        events = ctx.tracing.events()
+        ctx.tracing.disable()
+        return sorted(set(events["event"].tolist()))
+
+
+def test_collectives_are_traced(multi_world):
+    from iris.device import tracing
+
+    for kinds in multi_world.run(_traced_body):
+        assert {
+            tracing.LOAD.value,
+            tracing.STORE.value,
+            tracing.SIGNAL.value,
+            tracing.WAIT_UNTIL.value,
+        } <= set(kinds)
+
+
+@triton.jit
+def user_all_gather_kernel(
+    out,
+    inp,
+    n,
+    flags,
+    ranks,
+    my_index,
+    cur_rank,
+    world_size,
+    max_programs,
+    heap_bases,
+    GROUP: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    ccl.sync_row(ccl.flag_row(flags, 0, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+    offsets = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    values = tl.load(inp + offsets, mask=mask) * 2
+    ccl.push_tile(out + my_index * n + offsets, values, cur_rank, ranks, my_index, GROUP, heap_bases, mask)
+    ccl.sync_row(ccl.flag_row(flags, 1, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+
+
+def _user_kernel_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        inp = _random(ctx, (N,), torch.float32, seed=rank)
+        out = ctx.full((world_size * N,), 99.0)
+        flags = ctx.zeros(2, 8, world_size, dtype=torch.int32)
+        ranks = torch.arange(world_size, dtype=torch.int32, device=ctx.get_device())
+        ctx.barrier()
+        grid = (triton.cdiv(N, 128),)
+        user_all_gather_kernel[grid](
+            out, inp, N, flags, ranks, rank, rank, world_size, 8, ctx.get_heap_bases(), world_size, 128
+        )
+        return torch.equal(out, torch.cat(_gather(inp)) * 2)
+
+
+def test_tile_functions_build_a_user_collective(world):
+    assert all(world.run(_user_kernel_body))
+
+
+# ---------------------------------------------------------------- CUDA graphs
+def _graph_body(rank, world_size):
+    with iris.iris(1 << 24) as ctx:
+        inp = ctx.empty(4099)
+        reduced = ctx.empty(4099)
+        gathered = ctx.empty(world_size * 4099)
+        scattered = ctx.empty(4099)
+        big = ctx.empty(world_size * 4099)
+        calls = lambda: (
+            ctx.ccl.all_reduce(reduced, inp),
+            ctx.ccl.all_gather(gathered, inp),
+            ctx.ccl.reduce_scatter(scattered, big),
+        )
+        inp.normal_()
+        big.normal_()
+        calls()  # compile and check arguments before capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            calls()
+        ok = []
+        for replay in range(20):
+            generator = torch.Generator(device=inp.device).manual_seed(replay * 100 + rank)
+            inp.copy_(torch.randn(4099, generator=generator, device=inp.device))
+            big.copy_(torch.randn(world_size * 4099, generator=generator, device=inp.device))
+            for t in (reduced, gathered, scattered):
+                t.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            parts, big_parts = _gather(inp), _gather(big)
+            ok.append(_close(reduced, _reduce(parts, "sum"), torch.float32))
+            ok.append(torch.equal(gathered.cpu(), torch.cat(parts)))
+            ok.append(
+                _close(scattered, _reduce(big_parts, "sum")[rank * 4099 : (rank + 1) * 4099], torch.float32)
+            )
+        return ok
+
+
+@on_gpu
+def test_collectives_replay_under_cuda_graphs(world):
+    for ok in world.run(_graph_body):
+        assert all(ok), ok

@@ -191,7 +191,7 @@ def _many_calls_body(rank, world_size):
             ctx.ccl.all_reduce(out, inp, config=Config(block_size=64, all_reduce_variant=variant))
             ok.append(_close(out, _reduce(_gather(inp), "sum"), torch.float32))
             ctx.ccl.all_gather(gathered, inp, config=SMALL)
-            ok.append(torch.equal(gathered, torch.cat(_gather(inp))))
+            ok.append(torch.equal(gathered.cpu(), torch.cat(_gather(inp))))
         return ok
 
 
@@ -215,7 +215,9 @@ def _subgroup_body(rank, world_size):
         work = ctx.ccl.all_reduce(out, inp, group=mine, config=SMALL, async_op=True)
         work.wait()
         parts = _gather(inp, group=mine)
-        return _close(out, _reduce(parts, "sum"), torch.float32) and torch.equal(gathered, torch.cat(parts))
+        return _close(out, _reduce(parts, "sum"), torch.float32) and torch.equal(
+            gathered.cpu(), torch.cat(parts)
+        )
 
 
 def test_subgroups_reduce_and_gather_among_members_only(multi_world):
@@ -330,7 +332,7 @@ def _user_kernel_body(rank, world_size):
         user_all_gather_kernel[grid](
             out, inp, N, flags, ranks, rank, rank, world_size, 8, ctx.get_heap_bases(), world_size, 128
         )
-        return torch.equal(out, torch.cat(_gather(inp)) * 2)
+        return torch.equal(out.cpu(), torch.cat(_gather(inp)) * 2)
 
 
 def test_tile_functions_build_a_user_collective(world):
@@ -379,3 +381,31 @@ def _graph_body(rank, world_size):
 def test_collectives_replay_under_cuda_graphs(world):
     for ok in world.run(_graph_body):
         assert all(ok), ok
+
+
+# ---------------------------------------------------------------- Hopper code
+def test_every_collective_compiles_for_hopper_with_vector_accesses():
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "IRIS_BACKEND": "cuda", "PYTHONPATH": os.path.join(root, "scripts")}
+    env.pop("TRITON_INTERPRET", None)  # set by importing iris in this (emulated) process
+    result = subprocess.run(
+        [sys.executable, os.path.join(root, "scripts", "compile_ccl.py"), "fp32", "bf16"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    assert len(lines) == 15, result.stdout
+    for name in (
+        "all_reduce_one_shot[fp32]",
+        "all_reduce_two_shot[bf16]",
+        "all_gather[fp32]",
+        "reduce_scatter[bf16]",
+    ):
+        assert "ld.global.v4.b32" in lines[name] and "st.global.v4.b32" in lines[name], (name, lines[name])

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from . import device as ccl
-from .runtime import COPYABLE_DTYPES, DONE, READY, check_disjoint, check_tensor, describe_tensor, tensor_key
+from .runtime import COPYABLE_DTYPES, check_disjoint, check_tensor, describe_tensor, tensor_key
 
 
 @triton.jit
@@ -31,7 +31,7 @@ def all_gather_kernel(
     BLOCK: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    ready = ccl.flag_row(flags, READY, pid, max_programs, world_size)
+    ready = ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size)
     ccl.sync_row(ready, cur_rank, ranks, GROUP, heap_bases)
     dst = out + my_index.to(tl.int64) * n
     for tile in range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
@@ -39,7 +39,9 @@ def all_gather_kernel(
         mask = offsets < n
         values = tl.load(inp + offsets, mask=mask)
         ccl.push_tile(dst + offsets, values, cur_rank, ranks, my_index, GROUP, heap_bases, mask)
-    ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+    ccl.sync_row(
+        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
 
 
 def all_gather(runtime, out, inp, group=None, config=None) -> None:

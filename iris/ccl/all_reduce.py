@@ -27,10 +27,7 @@ from ..device import rma
 from . import device as ccl
 from .config import ReduceOp
 from .runtime import (
-    DONE,
-    READY,
     REDUCIBLE_DTYPES,
-    STEPS,
     check_disjoint,
     check_tensor,
     describe_tensor,
@@ -56,14 +53,16 @@ def one_shot_kernel(
 ):
     pid = tl.program_id(0)
     ccl.sync_row(
-        ccl.flag_row(flags, READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
     )
     for tile in range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
         offsets = tile * BLOCK + tl.arange(0, BLOCK)
         mask = offsets < n
         total = ccl.reduce_tile(inp + offsets, cur_rank, ranks, my_index, GROUP, heap_bases, mask, OP)
         tl.store(out + offsets, total.to(out.dtype.element_ty), mask=mask)
-    ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+    ccl.sync_row(
+        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
 
 
 @triton.jit
@@ -84,7 +83,7 @@ def two_shot_kernel(
 ):
     pid = tl.program_id(0)
     ccl.sync_row(
-        ccl.flag_row(flags, READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
     )
     owned = (tl.cdiv(n, BLOCK) - my_index + GROUP - 1) // GROUP
     for k in range(pid, owned, tl.num_programs(0)):
@@ -94,7 +93,9 @@ def two_shot_kernel(
         ccl.push_tile(
             out + offsets, total.to(out.dtype.element_ty), cur_rank, ranks, my_index, GROUP, heap_bases, mask
         )
-    ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+    ccl.sync_row(
+        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
 
 
 @triton.jit
@@ -119,7 +120,7 @@ def ring_kernel(
     # step s - 1, so each step waits only for the previous member's step counter.
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
-    steps = ccl.flag_row(flags, STEPS, pid, max_programs, world_size)
+    steps = ccl.flag_row(flags, ccl.STEPS, pid, max_programs, world_size)
     base = tl.load(steps + cur_rank, volatile=True)
     prev = tl.load(ranks + (my_index + GROUP - 1) % GROUP)
     nxt = tl.load(ranks + (my_index + 1) % GROUP)
@@ -145,7 +146,9 @@ def ring_kernel(
         tl.store(steps + cur_rank, base + s + 1)
         if GROUP > 1:
             rma.signal(steps + cur_rank, 1, cur_rank, nxt, heap_bases, op="add")
-    ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+    ccl.sync_row(
+        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
 
 
 @triton.jit
@@ -174,7 +177,7 @@ def atomic_kernel(
         offsets = tile * BLOCK + tl.arange(0, BLOCK)
         tl.store(out + offsets, tl.zeros([BLOCK], out.dtype.element_ty), mask=offsets < n)
     ccl.sync_row(
-        ccl.flag_row(flags, READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
     )
     for tile in range(pid, tiles, programs):
         offsets = tile * BLOCK + tl.arange(0, BLOCK)
@@ -183,7 +186,9 @@ def atomic_kernel(
         for i in tl.static_range(GROUP):
             peer = tl.load(ranks + (my_index + i) % GROUP)
             rma.atomic_add(out + offsets, values, cur_rank, peer, heap_bases, mask=mask, sem="relaxed")
-    ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+    ccl.sync_row(
+        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
 
 
 #: Element types with an exact atomic add on both backends.

@@ -14,7 +14,7 @@ import triton.language as tl
 
 from ..device import rma
 from . import device as ccl
-from .runtime import COPYABLE_DTYPES, DONE, READY, check_disjoint, check_tensor, describe_tensor, tensor_key
+from .runtime import COPYABLE_DTYPES, check_disjoint, check_tensor, describe_tensor, tensor_key
 
 
 @triton.jit
@@ -40,7 +40,7 @@ def all_to_all_kernel(
     # member (my_index + u) % GROUP, so consecutive units go to different peers.
     pid = tl.program_id(0)
     ccl.sync_row(
-        ccl.flag_row(flags, READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
     )
     tiles_n = tl.cdiv(cols, BLOCK_N)
     units = tl.cdiv(rows, BLOCK_M) * tiles_n * GROUP
@@ -56,7 +56,9 @@ def all_to_all_kernel(
         rma.store(
             out + row64 * out_stride + (my_index * cols + c), values, cur_rank, peer, heap_bases, mask=mask
         )
-    ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+    ccl.sync_row(
+        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
 
 
 def all_to_all(runtime, out, inp, group=None, config=None) -> None:

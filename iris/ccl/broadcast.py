@@ -11,7 +11,7 @@ import triton.language as tl
 
 from ..device import rma
 from . import device as ccl
-from .runtime import COPYABLE_DTYPES, DONE, READY, check_tensor, describe_tensor, tensor_key
+from .runtime import COPYABLE_DTYPES, check_tensor, describe_tensor, tensor_key
 
 
 @triton.jit
@@ -31,7 +31,7 @@ def broadcast_kernel(
 ):
     pid = tl.program_id(0)
     ccl.sync_row(
-        ccl.flag_row(flags, READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
     )
     if cur_rank != src:
         for tile in range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
@@ -40,7 +40,9 @@ def broadcast_kernel(
             tl.store(
                 tensor + offsets, rma.load(tensor + offsets, cur_rank, src, heap_bases, mask=mask), mask=mask
             )
-    ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+    ccl.sync_row(
+        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
 
 
 def broadcast(runtime, tensor, src: int = 0, group=None, config=None) -> None:

@@ -37,6 +37,11 @@ import triton.language as tl
 
 from ..device import rma
 
+#: A group's flag rows (``flag_row``'s ``phase``): ready, done, the ring's step counters.
+READY: tl.constexpr = tl.constexpr(0)
+DONE: tl.constexpr = tl.constexpr(1)
+STEPS: tl.constexpr = tl.constexpr(2)
+
 
 @triton.jit
 def arrive(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
@@ -150,5 +155,5 @@ def _accumulator(values):
 
 @triton.jit
 def flag_row(flags, phase, pid, max_programs, world_size):
-    """Program ``pid``'s row of ``phase`` (READY=0, DONE=1, STEPS=2) in a group's flags."""
+    """Program ``pid``'s row of ``phase`` (:data:`READY`, :data:`DONE`, :data:`STEPS`) in a group's flags."""
     return flags + (phase * max_programs + pid) * world_size

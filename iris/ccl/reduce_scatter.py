@@ -13,7 +13,7 @@ import triton.language as tl
 
 from . import device as ccl
 from .config import ReduceOp
-from .runtime import DONE, READY, REDUCIBLE_DTYPES, check_disjoint, check_tensor, describe_tensor, tensor_key
+from .runtime import REDUCIBLE_DTYPES, check_disjoint, check_tensor, describe_tensor, tensor_key
 
 
 @triton.jit
@@ -34,7 +34,7 @@ def reduce_scatter_kernel(
 ):
     pid = tl.program_id(0)
     ccl.sync_row(
-        ccl.flag_row(flags, READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
     )
     src = inp + my_index.to(tl.int64) * n
     for tile in range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
@@ -42,7 +42,9 @@ def reduce_scatter_kernel(
         mask = offsets < n
         total = ccl.reduce_tile(src + offsets, cur_rank, ranks, my_index, GROUP, heap_bases, mask, OP)
         tl.store(out + offsets, total.to(out.dtype.element_ty), mask=mask)
-    ccl.sync_row(ccl.flag_row(flags, DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+    ccl.sync_row(
+        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
 
 
 def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> None:

@@ -19,8 +19,7 @@ from triton import knobs
 
 from ..group_slots import GroupSlots
 
-#: Flag rows per program: ready, done and the ring's step counters.
-READY, DONE, STEPS = 0, 1, 2
+#: Flag rows per program: ready, done and the ring's step counters (see ``device.READY``...).
 PHASES = 3
 #: Groups whose collectives can be in use at once (slot 0 is the whole world).
 GROUP_SLOTS = 16

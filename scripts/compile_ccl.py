@@ -1,0 +1,75 @@
+"""Compile every collective kernel for Hopper (sm_90) and count its memory instructions.
+
+Needs no GPU: it catches kernels that only the interpreter accepts, and shows
+that flat collectives keep 16-byte vector accesses after heap translation.
+
+    IRIS_BACKEND=cuda python scripts/compile_ccl.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("IRIS_BACKEND", "cuda")
+
+import triton
+from inspect_ptx import memory_ops
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+import iris
+from iris.ccl import all_gather, all_reduce, all_to_all, broadcast, reduce_scatter
+
+GROUP_ARGS = {
+    "flags": "*i32",
+    "ranks": "*i32",
+    "my_index": "i32",
+    "cur_rank": "i32",
+    "world_size": "i32",
+    "max_programs": "i32",
+    "heap_bases": "*u64",
+}
+FLAT = {"out": "*{t}", "inp": "*{t}", "n": "i32", **GROUP_ARGS}
+
+
+def kernels(dtype: str):
+    """(name, kernel, signature, constexprs) for every collective at group size 4."""
+    flat = {k: v.format(t=dtype) for k, v in FLAT.items()}
+    reduce = {"GROUP": 4, "BLOCK": 4096, "OP": "sum"}
+    for variant, kernel in all_reduce.KERNELS.items():
+        yield f"all_reduce_{variant}", kernel, flat, reduce
+    yield "reduce_scatter", reduce_scatter.reduce_scatter_kernel, flat, reduce
+    yield "all_gather", all_gather.all_gather_kernel, flat, {"GROUP": 4, "BLOCK": 4096}
+    a2a = {
+        "out": f"*{dtype}",
+        "inp": f"*{dtype}",
+        "rows": "i32",
+        "cols": "i32",
+        "in_stride": "i32",
+        "out_stride": "i32",
+        **GROUP_ARGS,
+    }
+    yield "all_to_all", all_to_all.all_to_all_kernel, a2a, {"GROUP": 4, "BLOCK_M": 64, "BLOCK_N": 64}
+    bcast = {"tensor": f"*{dtype}", "n": "i32", "src": "i32", **GROUP_ARGS}
+    yield "broadcast", broadcast.broadcast_kernel, bcast, {"GROUP": 4, "BLOCK": 4096}
+
+
+def compile_ptx(kernel, signature: dict, constexprs: dict) -> str:
+    signature = {**signature, **{key: "constexpr" for key in constexprs}}
+    # Pointers 16-byte aligned and sizes multiples of 16, as Triton specialises typical launches.
+    names = list(signature)
+    aligned = [i for i, name in enumerate(names) if name in ("out", "inp", "tensor", "n", "cols", "flags")]
+    attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
+    source = ASTSource(kernel, signature, constexprs, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+
+
+if __name__ == "__main__":
+    if iris.BACKEND != "cuda":
+        sys.exit("run with IRIS_BACKEND=cuda (no GPU is needed)")
+    for dtype in sys.argv[1:] or ["fp32", "bf16"]:
+        for name, kernel, signature, constexprs in kernels(dtype):
+            if name == "all_reduce_atomic" and dtype != "fp32":
+                continue
+            print(f"{name}[{dtype}]", memory_ops(compile_ptx(kernel, signature, constexprs)), flush=True)

@@ -34,6 +34,8 @@ from .device import (
     translate,
     wait_until,
 )
+from .distributed import HostTimeoutError
+from .hang import WaitTimeoutError
 from .iris import Iris, iris
 from .launch import spawn
 from .log import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level
@@ -47,7 +49,9 @@ __all__ = [
     "INFO",
     "WARNING",
     "DeviceContext",
+    "HostTimeoutError",
     "Iris",
+    "WaitTimeoutError",
     "atomic_add",
     "atomic_and",
     "atomic_cas",

@@ -9,12 +9,24 @@ from __future__ import annotations
 
 import atexit
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 
+from . import config
+
 _control_groups: dict[int, Any] = {}
+
+
+class HostTimeoutError(RuntimeError):
+    """A host barrier or collective failed because a rank is gone or never arrived.
+
+    The message names the ranks that did not arrive (from the rendezvous store) and,
+    when contexts exist, what each rank is doing (from the flight files).
+    """
 
 
 @dataclass
@@ -26,22 +38,77 @@ class Communicator:
     local_rank: int
     local_world_size: int
     control_group: Any
+    #: Returns what the other ranks are doing, for error messages (installed by ``iris.hang``).
+    describe_peers: Callable[[], str] | None = field(default=None, repr=False)
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         """Every rank's ``obj``, in rank order."""
         gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, obj, group=self.control_group)
+        self._collective(
+            "all_gather_object", lambda: dist.all_gather_object(gathered, obj, group=self.control_group)
+        )
         return gathered
 
     def broadcast_object(self, obj: Any, src: int) -> Any:
         """``obj`` as passed on rank ``src``."""
         box = [obj]
-        dist.broadcast_object_list(box, src=src, group=self.control_group)
+        self._collective(
+            "broadcast_object", lambda: dist.broadcast_object_list(box, src=src, group=self.control_group)
+        )
         return box[0]
 
     def barrier(self, group=None) -> None:
         """Host barrier over ``group`` (all ranks when None)."""
-        dist.barrier(group=self.control_group if group is None else group)
+        if group is None:
+            self._collective("barrier", lambda: dist.barrier(group=self.control_group))
+        else:
+            self._collective("group barrier", lambda: dist.barrier(group=group), counted=False)
+
+    def _collective(self, what: str, run: Callable[[], Any], counted: bool = True) -> None:
+        # Each rank counts its control collectives in the rendezvous store, so when one
+        # fails the survivors can say which ranks never arrived, not just "timed out".
+        arrived = _arrive(self.rank) if counted and self.world_size > 1 else None
+        try:
+            run()
+        except RuntimeError as error:
+            raise HostTimeoutError(self._explain(what, arrived, error)) from error
+
+    def _explain(self, what: str, arrived: int | None, error: Exception) -> str:
+        lines = [f"iris: rank {self.rank}: host {what} failed: {str(error).strip().splitlines()[0]}"]
+        if arrived is not None:
+            lines.append(_who_is_behind(self.rank, self.world_size, arrived, what))
+        if self.describe_peers is not None:
+            try:
+                lines.append(self.describe_peers())
+            except Exception as describe_error:  # noqa: BLE001 - the original failure matters more
+                lines.append(f"(no flight report: {describe_error!r})")
+        return "\n".join(line for line in lines if line)
+
+
+def _arrival_key(rank: int) -> str:
+    return f"iris/arrivals/{rank}"
+
+
+def _arrive(rank: int) -> int | None:
+    try:
+        return dist.distributed_c10d._get_default_store().add(_arrival_key(rank), 1)
+    except Exception:  # noqa: BLE001 - counting is a diagnostic; never fail a collective for it
+        return None
+
+
+def _who_is_behind(rank: int, world_size: int, arrived: int, what: str) -> str:
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        counts = [store.add(_arrival_key(r), 0) for r in range(world_size)]
+    except Exception:  # noqa: BLE001
+        return "the rendezvous store (hosted by rank 0) is unreachable: rank 0 is gone"
+    behind = [r for r, count in enumerate(counts) if count < arrived]
+    if not behind:
+        return f"every rank reached this host {what} (call {arrived}); a rank failed inside it"
+    return (
+        f"rank(s) {behind} never reached this host {what} (call {arrived} of rank {rank}; they made "
+        f"{[counts[r] for r in behind]} calls): they exited, hang, or make different calls"
+    )
 
 
 def _default_pg_backend(device_backend: str) -> str:
@@ -59,7 +126,8 @@ def init_distributed(device_backend: str) -> Communicator:
     if not dist.is_initialized():
         backend = _default_pg_backend(device_backend)
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            dist.init_process_group(backend=backend, init_method="env://")
+            # A bounded timeout: a rank that never arrives fails the others instead of hanging them.
+            dist.init_process_group(backend=backend, init_method="env://", timeout=_host_timeout())
         else:
             dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
         # Iris created the group, so Iris tears it down when the process exits.
@@ -82,5 +150,9 @@ def _control_group():
         if dist.get_backend(default) == "gloo":
             _control_groups[key] = default
         else:
-            _control_groups[key] = dist.new_group(backend="gloo")
+            _control_groups[key] = dist.new_group(backend="gloo", timeout=_host_timeout())
     return _control_groups[key]
+
+
+def _host_timeout() -> timedelta:
+    return timedelta(seconds=config.host_timeout())

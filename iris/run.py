@@ -1,13 +1,15 @@
 """``python -m iris.run -n N script.py [args...]``: run a script on N local ranks.
 
 Works for both backends; on GPUs ``torchrun --nproc-per-node N script.py`` works too.
-If one rank fails, the others are stopped and its exit code is returned.
+If one rank fails, the others are stopped and its exit code is returned; so are
+all of them when the launcher itself gets SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -22,6 +24,9 @@ def launch(script: str, script_args: list[str], nprocs: int, timeout: float | No
     for rank in range(nprocs):
         env = {**os.environ, **rank_environment(rank, nprocs, port)}
         procs.append(subprocess.Popen([sys.executable, script, *script_args], env=env))
+    # A launcher killed by ``timeout`` or Ctrl-C must not leave its ranks running.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda signum, frame: (_stop(procs), sys.exit(128 + signum)))
     deadline = None if timeout is None else time.monotonic() + timeout
     exit_code = 0
     while [p.poll() for p in procs].count(None):  # poll every rank, not just the first running one

@@ -4,6 +4,7 @@
     iris-trace report traces/rank*.npz [--json report.json] [--csv report/] [--top 10]
     iris-trace plot traces/rank*.npz -o stalls.png [--bins 200]
     iris-trace validate run.pftrace --trace-processor /path/to/trace_processor_shell
+    iris-trace hang-report [--dir /dev/shm] [--session ID] [--json report.json] [files...]
 
 Per-rank files come from ``ctx.tracing.collect("traces")`` (one ``rank<N>.npz`` each).
 """
@@ -86,6 +87,29 @@ def validate(args) -> int:
     return 0 if result.clean else 1
 
 
+def hang_report(args) -> int:
+    import json
+    import os
+
+    from .hang import HangReport
+
+    try:
+        if args.files:
+            report = HangReport.from_files(args.files, last=args.last)
+        else:
+            directory = args.dir or os.environ.get("IRIS_HANG_DIR") or "/dev/shm"
+            report = HangReport.from_directory(directory, args.session, last=args.last)
+    except ValueError as error:
+        print(f"iris-trace: {error}", file=sys.stderr)
+        return 2
+    print(report.format())
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(report.to_dict(), handle, indent=2)
+        print(f"wrote {args.json}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="iris-trace", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -109,6 +133,17 @@ def main(argv: list[str] | None = None) -> int:
     validating.add_argument("trace")
     validating.add_argument("--trace-processor", required=True, help="path to a trace_processor_shell binary")
     validating.set_defaults(run=validate)
+    hanging = commands.add_parser(
+        "hang-report", help="which rank waits on which, what each last sent, and the likely culprit"
+    )
+    hanging.add_argument(
+        "files", nargs="*", help="flight or dump files (default: the newest session in --dir)"
+    )
+    hanging.add_argument("--dir", help="where the ranks keep flight files (IRIS_HANG_DIR, default /dev/shm)")
+    hanging.add_argument("--session", help="the session to report on (default: the newest)")
+    hanging.add_argument("--last", type=int, default=5, help="how many sent ops to list per rank")
+    hanging.add_argument("--json", help="also write the report as JSON")
+    hanging.set_defaults(run=hang_report)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -69,6 +69,16 @@ def context_kernel(context, buf, n, rank: tl.constexpr, world_size: tl.constexpr
     ctx.wait_until(buf, "ge", 1)
 
 
+@triton.jit
+def wait_plain_kernel(flag):
+    iris.wait_until(flag, "ge", 1)
+
+
+@triton.jit
+def wait_timed_kernel(flag, heap_bases):
+    iris.wait_until(flag, "ge", 1, heap_bases=heap_bases)
+
+
 PUT_SIGNATURE = {
     "src": "*fp32",
     "dst": "*fp32",
@@ -97,6 +107,8 @@ KERNELS = {
         {"rank": 0, "world_size": 2, "BLOCK": 1024},
     ),
     "flags": (flag_kernel, {"flag": "*i32", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"}, {}),
+    "wait_plain": (wait_plain_kernel, {"flag": "*i32"}, {}),
+    "wait_timed": (wait_timed_kernel, {"flag": "*i32", "heap_bases": "*u64"}, {}),
     "flags64": (flag_kernel, {"flag": "*i64", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"}, {}),
 }
 
@@ -127,7 +139,7 @@ def memory_ops(ptx: str) -> dict[str, int]:
     """Count of each global load, store and atomic instruction in ``ptx``."""
     pattern = (
         r"((?:\bld|\bst|\batom|\bred)\.global[\w.]*|\b(?:ld|atom)\.acquire[\w.]*|\bfence[\w.]*"
-        r"|%globaltimer|%smid)"
+        r"|%globaltimer|%smid|\btrap\b)"
     )
     ops = re.findall(pattern, ptx)
     return {op: ops.count(op) for op in sorted(set(ops))}

@@ -35,7 +35,21 @@ def test_default_atomics_and_flag_reads_are_system_scope(ptx_report):
     assert "atom.global.sys.acq_rel.add" in flags
     assert "atom.global.sys.release.exch" in flags
     assert "ld.acquire.sys.global.b32" in flags
-    assert ".gpu." not in flags
+    # The only GPU-scope atomic is the flight recorder's per-SM slot claim (a 64-bit counter).
+    assert ".gpu." not in flags.replace("'atom.global.gpu.relaxed.add.u64'", "")
+
+
+def test_wait_without_heap_bases_spins_as_before(ptx_report):
+    plain = ptx_report["wait_plain"]
+    assert "ld.acquire.sys.global.b32" in plain
+    assert "%globaltimer" not in plain and "trap" not in plain and "atom" not in plain
+
+
+def test_timed_wait_reads_the_clock_reports_and_traps(ptx_report):
+    timed = ptx_report["wait_timed"]
+    assert "'%globaltimer'" in timed and "'trap': 1" in timed
+    assert "fence.sc.sys" in timed  # the report reaches host memory before the kernel stops
+    assert "atom.global.relaxed.gpu.cas" in timed  # first timed-out program claims the report
 
 
 def test_64_bit_flags_use_64_bit_acquire_loads(ptx_report):

@@ -69,6 +69,17 @@ class Backend(ABC):
     def free(self, allocation: Allocation) -> None:
         """Release this rank's own heap."""
 
+    def register_host_memory(self, address: int, nbytes: int) -> tuple[int, object]:
+        """Make host memory at ``address`` readable and writable by kernels while the host reads it.
+
+        Returns (address kernels use, token for :meth:`unregister_host_memory`). The
+        default suits backends whose kernels dereference host addresses directly.
+        """
+        return address, None
+
+    def unregister_host_memory(self, token) -> None:  # noqa: B027 - optional hook
+        """Undo :meth:`register_host_memory`."""
+
     @abstractmethod
     def synchronize(self, device: torch.device, stream=None) -> None:
         """Wait until queued device work (on ``stream`` or the whole device) is done."""

@@ -115,6 +115,18 @@ class CudaBackend(Backend):
         torch.cuda.synchronize()
         _check(_runtime().cudaFree(allocation.owner), "cudaFree")
 
+    def register_host_memory(self, address: int, nbytes: int) -> tuple[int, object]:
+        # Mapped and portable: the GPU writes straight into these pages (the flight
+        # recorder's file), which the host and other processes read even after a trap.
+        runtime = _runtime()
+        flags = runtime.cudaHostRegisterMapped | runtime.cudaHostRegisterPortable
+        _check(runtime.cudaHostRegister(address, nbytes, flags), f"cudaHostRegister({nbytes} bytes)")
+        device_address = int(_check(runtime.cudaHostGetDevicePointer(address, 0), "cudaHostGetDevicePointer"))
+        return device_address, address
+
+    def unregister_host_memory(self, token) -> None:
+        _check(_runtime().cudaHostUnregister(token), "cudaHostUnregister")
+
     def synchronize(self, device: torch.device, stream=None) -> None:
         if stream is None:
             torch.cuda.synchronize(device)

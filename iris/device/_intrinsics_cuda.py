@@ -3,6 +3,13 @@
 import triton
 import triton.language as tl
 
+from ..config import static_wait_timeout_ns
+
+#: Timeout of waits that have no ``heap_bases`` (so no context slot to read it from):
+#: fixed when ``iris`` is imported (``IRIS_WAIT_TIMEOUT``, or ``IRIS_DEBUG=1``).
+STATIC_TIMEOUT_NS: tl.constexpr = tl.constexpr(static_wait_timeout_ns())
+HAS_STATIC_TIMEOUT: tl.constexpr = tl.constexpr(static_wait_timeout_ns() > 0)
+
 
 @triton.jit
 def load_acquire(pointer, scope: tl.constexpr):
@@ -61,3 +68,39 @@ def timer_ns():
 def sm_id():
     """The SM this program runs on (%smid)."""
     return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def static_timeout_ns():
+    """The import-time wait timeout (ns) for waits without ``heap_bases``."""
+    return tl.full([], STATIC_TIMEOUT_NS, tl.int64)
+
+
+@triton.jit
+def fence_system():
+    """Order this thread's earlier writes before its later ones for every observer, the CPU included."""
+    tl.inline_asm_elementwise(
+        "fence.sc.sys;\n\tmov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1
+    )
+
+
+@triton.jit
+def wait_expired(
+    won, rank, sm, pid, op: tl.constexpr, offset, expected, seen, cmp: tl.constexpr, waited_ns, timeout
+):
+    """Stop the kernel (``trap``) if this program wrote the rank's report; others keep spinning until then.
+
+    The facts travel through the report record in host memory: a trapped GPU cannot print them.
+    """
+    tl.inline_asm_elementwise(
+        "{\n\t.reg .pred p;\n\tsetp.ne.s32 p, $1, 0;\n\t@p trap;\n\tmov.u32 $0, 0;\n\t}",
+        "=r,r",
+        [won],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+def set_hang_describer(describe) -> None:
+    """Nothing to install on GPUs: a trapped kernel cannot call back; the host reads the report."""

@@ -12,7 +12,10 @@ import numpy as np
 import triton.language as tl
 
 from ..backends.emulated import virtual_sm_count
-from ..config import emulated_wait_timeout
+from ..config import emulated_wait_timeout, wait_timeout
+
+#: Under the interpreter every wait can read the current global timeout at run time.
+HAS_STATIC_TIMEOUT = True
 
 
 class DeviceError(RuntimeError):
@@ -20,7 +23,18 @@ class DeviceError(RuntimeError):
 
 
 class WaitTimeout(RuntimeError):
-    """An emulated spin-wait exceeded ``IRIS_EMU_WAIT_TIMEOUT``."""
+    """A spin-wait exceeded the wait timeout (``IRIS_WAIT_TIMEOUT``, ``IRIS_EMU_WAIT_TIMEOUT``)."""
+
+
+#: Adds the cross-rank view (who should have released the flag) to a timeout's message;
+#: installed by ``iris.hang`` once a context exists. Takes the facts dict, returns text.
+_describe_hang = None
+
+
+def set_hang_describer(describe) -> None:
+    """Install the function that explains a timed-out wait across ranks (``iris.hang`` does)."""
+    global _describe_hang
+    _describe_hang = describe
 
 
 def _values(x):
@@ -64,3 +78,48 @@ def timer_ns():
 def sm_id():
     pid = tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
     return pid % virtual_sm_count()
+
+
+def _scalar(x):
+    return int(_values(x).reshape(-1)[0])
+
+
+def static_timeout_ns():
+    return tl.full([], int(wait_timeout() * 1e9), tl.int64)
+
+
+def fence_system():
+    pass  # the interpreter's stores are immediately visible
+
+
+def wait_expired(won, rank, sm, pid, op, offset, expected, seen, cmp, waited_ns, timeout):
+    facts = {
+        "op": str(getattr(op, "value", op)),
+        "cmp": str(getattr(cmp, "value", cmp)),
+        "rank": _scalar(rank),
+        "sm": _scalar(sm),
+        "pid": _scalar(pid),
+        "offset": _scalar(offset),
+        "expected": _scalar(expected),
+        "seen": _scalar(seen),
+        "waited_ns": _scalar(waited_ns),
+        "timeout_ns": _scalar(timeout),
+    }
+    where = f"heap offset {facts['offset']:#x}" if facts["rank"] >= 0 else f"address {facts['offset']:#x}"
+    who = f"rank {facts['rank']}, " if facts["rank"] >= 0 else ""
+    message = (
+        f"{facts['op']} waited {facts['timeout_ns'] / 1e9:g} s on the flag at {where}: last seen "
+        f"{facts['seen']}, waiting for {facts['cmp']} {facts['expected']} "
+        f"({who}SM {facts['sm']}, program {facts['pid']})."
+    )
+    if _describe_hang is not None and facts["rank"] >= 0:
+        try:
+            message += " " + _describe_hang(facts)
+        except Exception as error:  # noqa: BLE001 - the timeout itself must still be reported
+            message += f" (no cross-rank report: {error!r})"
+    message += (
+        " Under the emulation backend the programs of one launch run one after another, so a "
+        "program cannot wait for another program of the same launch; otherwise no rank released "
+        "this flag (set IRIS_WAIT_TIMEOUT to wait longer)."
+    )
+    raise WaitTimeout(message)

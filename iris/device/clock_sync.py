@@ -15,10 +15,19 @@ from . import rma
 
 
 @triton.jit
+def _raise_flag(flag, value, cur_rank, peer, heap_bases):
+    # rma.signal without its flight-recorder entry: recording between the two stamps of
+    # one side only would make the paths asymmetric and bias the measured offset.
+    remote = rma.translate(flag, cur_rank, peer, heap_bases)
+    tl.debug_barrier()
+    tl.atomic_xchg(remote, value, sem="release", scope="sys")
+
+
+@triton.jit
 def ping_kernel(ping, pong, stamps, rounds, cur_rank, peer, heap_bases):
     for k in range(rounds):
         t0 = hw.timer_ns()
-        rma.signal(ping, k + 1, cur_rank, peer, heap_bases)
+        _raise_flag(ping, k + 1, cur_rank, peer, heap_bases)
         rma.wait_until(pong, "ge", k + 1)
         t3 = hw.timer_ns()
         tl.store(stamps + 4 * k + 0, t0)
@@ -31,6 +40,6 @@ def pong_kernel(ping, pong, stamps, rounds, cur_rank, reference, heap_bases):
         rma.wait_until(ping, "ge", k + 1)
         t1 = hw.timer_ns()
         t2 = hw.timer_ns()
-        rma.signal(pong, k + 1, cur_rank, reference, heap_bases)
+        _raise_flag(pong, k + 1, cur_rank, reference, heap_bases)
         tl.store(stamps + 4 * k + 1, t1)
         tl.store(stamps + 4 * k + 2, t2)

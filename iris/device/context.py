@@ -3,7 +3,8 @@
 The context tensor (``Iris.get_device_context()``, int64) is laid out as::
 
     [cur_rank, world_size, heap_base_0 .. heap_base_{n-1}, heap_size,
-     trace_enabled, max_events, <tracing counters and buffer pointers>]
+     trace_enabled, max_events, <tracing counters and buffer pointers>,
+     wait_timeout_ns, <flight recorder ring, counters and report pointers>]
 
 ``heap_bases`` handed to the functional API is a view of the ``heap_base_*``
 slots, so ``heap_bases[-1]`` is the world size and ``heap_bases[world_size]`` the
@@ -21,17 +22,24 @@ import triton.language as tl
 from triton.runtime.jit import constexpr_function
 
 from ..config import BACKEND
-from . import rma, tracing
+from . import flight, rma, tracing
 
 #: Slots before the heap bases.
 HEADER_SLOTS = 2
 #: Slots the tracing issue fills (trace_enabled, max_events, 2 counters, 13 buffers), zero when off.
-TRACING_SLOTS = 17
+TRACING_SLOTS = int(tracing.NUM_SLOTS)
+#: Slots of wait timeouts and the flight recorder (``iris.device.flight``), after the tracing slots.
+FLIGHT_SLOTS = flight.NUM_SLOTS
 
 
 def context_length(world_size: int) -> int:
     """Number of int64 slots in the context tensor of a ``world_size``-rank job."""
-    return HEADER_SLOTS + world_size + 1 + TRACING_SLOTS
+    return HEADER_SLOTS + world_size + 1 + TRACING_SLOTS + FLIGHT_SLOTS
+
+
+def flight_slot(world_size: int, slot: int) -> int:
+    """Index in the context tensor of flight slot ``slot`` (``iris.device.flight.SLOT_*``)."""
+    return HEADER_SLOTS + world_size + 1 + TRACING_SLOTS + int(slot)
 
 
 def _aggregate(cls):

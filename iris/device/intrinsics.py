@@ -6,8 +6,44 @@ Everything else in ``iris.device`` is plain Triton and runs unchanged on both.
 from ..config import BACKEND
 
 if BACKEND == "emulated":
-    from ._intrinsics_emulated import device_check, load_acquire, sm_id, spin_check, spin_start, timer_ns
+    from ._intrinsics_emulated import (
+        HAS_STATIC_TIMEOUT,
+        device_check,
+        fence_system,
+        load_acquire,
+        set_hang_describer,
+        sm_id,
+        spin_check,
+        spin_start,
+        static_timeout_ns,
+        timer_ns,
+        wait_expired,
+    )
 else:
-    from ._intrinsics_cuda import device_check, load_acquire, sm_id, spin_check, spin_start, timer_ns
+    from ._intrinsics_cuda import (
+        HAS_STATIC_TIMEOUT,
+        device_check,
+        fence_system,
+        load_acquire,
+        set_hang_describer,
+        sm_id,
+        spin_check,
+        spin_start,
+        static_timeout_ns,
+        timer_ns,
+        wait_expired,
+    )
 
-__all__ = ["device_check", "load_acquire", "sm_id", "spin_check", "spin_start", "timer_ns"]
+__all__ = [
+    "HAS_STATIC_TIMEOUT",
+    "device_check",
+    "fence_system",
+    "load_acquire",
+    "set_hang_describer",
+    "sm_id",
+    "spin_check",
+    "spin_start",
+    "static_timeout_ns",
+    "timer_ns",
+    "wait_expired",
+]

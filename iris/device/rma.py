@@ -20,8 +20,8 @@ import triton
 import triton.language as tl
 
 from ..config import DEBUG as _DEBUG
+from . import flight, tracing
 from . import intrinsics as hw
-from . import tracing
 
 DEBUG: tl.constexpr = tl.constexpr(_DEBUG)
 #: Heap bases are at least this aligned, so translation keeps vector widths.
@@ -82,6 +82,7 @@ def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, pid_m=-
     remote = translate(pointer, to_rank, from_rank, heap_bases, mask, "iris.load")
     result = tl.load(remote, mask=mask, other=other)
     tracing.end(heap_bases, start, tracing.LOAD, from_rank, pointer, mask, 0, pid_m, pid_n)
+    flight.record_data(heap_bases, tracing.LOAD, from_rank, pointer, mask, start)
     return result
 
 
@@ -96,6 +97,7 @@ def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, pid_m=-1, p
     remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.store")
     tl.store(remote, value, mask=mask)
     tracing.end(heap_bases, start, tracing.STORE, to_rank, pointer, mask, 0, pid_m, pid_n)
+    flight.record_data(heap_bases, tracing.STORE, to_rank, pointer, mask, start)
 
 
 @triton.jit
@@ -109,6 +111,7 @@ def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, pid_m=-1, p
     remote = translate(from_ptr, to_rank, from_rank, heap_bases, mask, "iris.get")
     tl.store(to_ptr, tl.load(remote, mask=mask), mask=mask)
     tracing.end(heap_bases, start, tracing.GET, from_rank, from_ptr, mask, 0, pid_m, pid_n)
+    flight.record_data(heap_bases, tracing.GET, from_rank, from_ptr, mask, start)
 
 
 @triton.jit
@@ -122,6 +125,7 @@ def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, pid_m=-1, p
     remote = translate(to_ptr, from_rank, to_rank, heap_bases, mask, "iris.put")
     tl.store(remote, tl.load(from_ptr, mask=mask), mask=mask)
     tracing.end(heap_bases, start, tracing.PUT, to_rank, to_ptr, mask, 0, pid_m, pid_n)
+    flight.record_data(heap_bases, tracing.PUT, to_rank, to_ptr, mask, start)
 
 
 @triton.jit
@@ -136,6 +140,7 @@ def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None, 
     target = translate(dst_ptr, cur_rank, to_rank, heap_bases, mask, "iris.copy")
     tl.store(target, tl.load(source, mask=mask), mask=mask)
     tracing.end(heap_bases, start, tracing.COPY, to_rank, dst_ptr, mask, 0, pid_m, pid_n)
+    flight.record_data(heap_bases, tracing.COPY, to_rank, dst_ptr, mask, start)
 
 
 @triton.jit
@@ -174,6 +179,7 @@ def _atomic_rmw(
         tl.static_assert(op == "max", "unknown atomic op")
         old = tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
     tracing.end(heap_bases, start, event, to_rank, pointer, mask, 0, pid_m, pid_n)
+    flight.record(heap_bases, event, 0, to_rank, pointer, val, 0, start, mask)
     return old
 
 
@@ -460,6 +466,7 @@ def atomic_cas(
     remote = translate(pointer, from_rank, to_rank, heap_bases, None, "iris.atomic_cas")
     old = tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
     tracing.end(heap_bases, start, tracing.ATOMIC_CAS, to_rank, pointer, None, val, pid_m, pid_n)
+    flight.record(heap_bases, tracing.ATOMIC_CAS, 0, to_rank, pointer, val, cmp, start)
     return old
 
 
@@ -494,6 +501,7 @@ def signal(
     else:
         tl.atomic_add(remote, value, sem="release", scope=scope)
     tracing.end(heap_bases, start, tracing.SIGNAL, to_rank, pointer, None, value, pid_m, pid_n)
+    flight.record(heap_bases, tracing.SIGNAL, flight.signal_sub(op), to_rank, pointer, value, 0, start)
 
 
 @triton.jit
@@ -515,6 +523,36 @@ def _satisfied(seen, cmp: tl.constexpr, value):
 
 
 @triton.jit
+def _spin(pointer, cmp: tl.constexpr, value, scope: tl.constexpr):
+    # No timeout: exactly the loop Iris always had.
+    seen = hw.load_acquire(pointer, scope)
+    while not _satisfied(seen, cmp, value):
+        seen = hw.load_acquire(pointer, scope)
+    return seen
+
+
+@triton.jit
+def _spin_timed(
+    pointer, cmp: tl.constexpr, value, scope: tl.constexpr, timeout, heap_bases, op: tl.constexpr
+):
+    # The clock is read once every CHECK_EVERY spins and only once a wait is slow, so a
+    # wait that is satisfied at once costs the same as without a timeout.
+    seen = hw.load_acquire(pointer, scope)
+    spins = 0
+    started = tl.zeros([], tl.int64)
+    while not _satisfied(seen, cmp, value):
+        spins += 1
+        if (spins % flight.CHECK_EVERY == 0) & (timeout > 0):
+            now = hw.timer_ns()
+            if started == 0:
+                started = now
+            elif now - started > timeout:
+                flight.expire(heap_bases, pointer, cmp, value, seen, now - started, timeout, op)
+        seen = hw.load_acquire(pointer, scope)
+    return seen
+
+
+@triton.jit
 def wait_until(
     pointer,
     cmp: tl.constexpr,
@@ -523,13 +561,20 @@ def wait_until(
     heap_bases=None,
     pid_m=-1,
     pid_n=-1,
+    op: tl.constexpr = tl.constexpr("iris.wait_until"),
 ):
     """Spin until the local flag at ``pointer`` satisfies ``flag <cmp> value``; returns the flag.
 
     ``cmp`` is one of ``"eq"``, ``"ne"``, ``"gt"``, ``"ge"``, ``"lt"``, ``"le"``. The
     read is an acquire, followed by a CTA barrier, so everything the signalling
     rank wrote before its :func:`signal` is visible to the whole program afterwards.
-    Pass ``heap_bases`` for the wait to appear in traces (the stalls tracing measures).
+
+    Pass ``heap_bases``: the wait then appears in traces (the stalls tracing
+    measures) and in the flight recorder, and it obeys the rank's wait timeout
+    (``Iris.set_wait_timeout``, ``IRIS_WAIT_TIMEOUT``): past it, the kernel stops
+    and the host raises an error naming rank, SM, program, ``op``, flag, expected
+    and last seen value. Without ``heap_bases`` only the timeout fixed at import applies.
+    ``op`` names the API that waits, for reports (e.g. ``"iris.ccl.all_reduce"``).
 
     Example:
         >>> iris.wait_until(flag, "ge", round + 1, heap_bases=heap_bases)
@@ -537,14 +582,27 @@ def wait_until(
     """
     if heap_bases is not None:
         start = tracing.begin(heap_bases)
-    spin_started = hw.spin_start()
-    seen = hw.load_acquire(pointer, scope)
-    while not _satisfied(seen, cmp, value):
-        hw.spin_check(spin_started, pointer, seen, value, "iris.wait_until")
-        seen = hw.load_acquire(pointer, scope)
+        flight.record(heap_bases, flight.WAIT_BEGIN, flight.cmp_id(cmp), -1, pointer, value, 0, start, op=op)
+        seen = _spin_timed(pointer, cmp, value, scope, flight.timeout_ns(heap_bases), heap_bases, op)
+    elif hw.HAS_STATIC_TIMEOUT:
+        seen = _spin_timed(pointer, cmp, value, scope, hw.static_timeout_ns(), None, op)
+    else:
+        seen = _spin(pointer, cmp, value, scope)
     tl.debug_barrier()
     if heap_bases is not None:
         tracing.end(
             heap_bases, start, tracing.WAIT_UNTIL, tl.load(heap_bases - 2), pointer, None, seen, pid_m, pid_n
+        )
+        flight.record(
+            heap_bases,
+            tracing.WAIT_UNTIL,
+            flight.cmp_id(cmp),
+            -1,
+            pointer,
+            value,
+            seen,
+            start,
+            op=op,
+            fresh=True,
         )
     return seen

@@ -58,6 +58,8 @@ SLOT_NUM_REGIONS: tl.constexpr = tl.constexpr(3)
 SLOT_COUNTERS: tl.constexpr = tl.constexpr(4)
 SLOT_DROPPED: tl.constexpr = tl.constexpr(5)
 SLOT_RECORDS: tl.constexpr = tl.constexpr(6)
+#: Context slots reserved for tracing (the flight recorder's slots follow them).
+NUM_SLOTS: tl.constexpr = tl.constexpr(17)
 #: int32 stride between per-SM counters: one 128-byte line each.
 COUNTER_STRIDE: tl.constexpr = tl.constexpr(32)
 RECORD_WORDS: tl.constexpr = tl.constexpr(8)

@@ -1,0 +1,252 @@
+"""Device side of the flight recorder and of wait timeouts.
+
+**The ring.** Every synchronisation op (``signal``, each atomic, ``atomic_cas``,
+and the start and end of every ``wait_until`` that has ``heap_bases``) writes one
+64-byte entry into a ring of per-SM regions that lives in *host* memory mapped
+into the GPU (a ``/dev/shm`` file registered with CUDA; under emulation the same
+file mapped by the rank process). The host, or ``iris-trace hang-report`` in
+another process, can read it while kernels still run and after one has trapped.
+Data ops (``load``/``store``/``get``/``put``/``copy``) are recorded only in the
+traced variant of a kernel (see ``iris.device.tracing``), so the code of an
+untraced data op is unchanged. ``IRIS_FLIGHT=0`` at import compiles the ring out.
+
+An op claims its slot with a relaxed GPU-scope atomic on its SM's counter (on the
+heap, device memory: atomics on host memory are not portable over PCIe) and
+writes the entry with one coalesced 64-byte store; it never waits for its own op's result.
+
+Entry (8 x int64)::
+
+    0 seq (claim index + 1; 0 = never written)
+    1 kind | sub << 8 | cur_rank << 16 | target_rank << 32 | sm << 48
+    2 pid | op_id << 32                  (op_id: which API issued a wait, see OP_IDS)
+    3 heap offset of the flag or lowest byte touched
+    4 value signalled, added, swapped in, or waited for
+    5 timestamp (%globaltimer; the tracing start stamp in traced kernels)
+    6 for wait ends: the value seen; for block ops: bytes touched
+    7 reserved
+
+``kind`` is the tracing event id (``iris_trace.events.EVENT_NAMES``) or WAIT_BEGIN;
+``sub`` is the comparison of a wait (index in CMPS) or 1 for ``signal(op="add")``.
+
+**The report.** A wait that times out claims the rank's report record (first
+program wins), writes rank, SM, program, op, heap offset, expected and last seen
+value, then a fence, then the ``state`` word, and stops the kernel (``trap`` on
+GPUs, an exception under the interpreter).
+"""
+
+import triton
+import triton.language as tl
+from triton.runtime.jit import constexpr_function
+
+from ..config import FLIGHT as _FLIGHT
+from . import intrinsics as hw
+from . import tracing
+
+#: Compile-time switch (``IRIS_FLIGHT=0`` removes the recorder from every kernel).
+ENABLED: tl.constexpr = tl.constexpr(_FLIGHT)
+
+# Slots after the tracing slots in the context tensor (see iris.device.context).
+SLOT_TIMEOUT_NS: tl.constexpr = tl.constexpr(0)
+SLOT_RING: tl.constexpr = tl.constexpr(1)
+SLOT_RING_MASK: tl.constexpr = tl.constexpr(2)
+SLOT_NUM_REGIONS: tl.constexpr = tl.constexpr(3)
+SLOT_COUNTERS: tl.constexpr = tl.constexpr(4)
+SLOT_REPORT: tl.constexpr = tl.constexpr(5)
+SLOT_CLAIM: tl.constexpr = tl.constexpr(6)
+NUM_SLOTS = 7
+
+ENTRY_WORDS: tl.constexpr = tl.constexpr(8)
+#: int64 stride between per-SM counters: one 128-byte line each.
+COUNTER_STRIDE: tl.constexpr = tl.constexpr(16)
+WAIT_BEGIN: tl.constexpr = tl.constexpr(17)
+#: A timed-out wait reads the timer only once every this many spins.
+CHECK_EVERY: tl.constexpr = tl.constexpr(256)
+
+# Report record words.
+REPORT_STATE: tl.constexpr = tl.constexpr(0)
+REPORT_WORDS: tl.constexpr = tl.constexpr(16)
+
+CMPS = ("eq", "ne", "gt", "ge", "lt", "le")
+#: Names a wait can be issued under (``wait_until(..., op=...)``); unknown names record 0.
+OP_IDS = {
+    "iris.wait_until": 1,
+    "iris.device_barrier": 2,
+    "iris.ccl": 3,
+    "iris.ops": 4,
+}
+
+
+# Triton hashes what these bodies reference, so they use no methods of module globals.
+@constexpr_function
+def cmp_id(cmp):
+    name = str(cmp)
+    ident = 0
+    for index, known in enumerate(("eq", "ne", "gt", "ge", "lt", "le")):
+        if name == known:
+            ident = index
+    return ident
+
+
+@constexpr_function
+def signal_sub(op):
+    return 0 if str(op) == "set" else 1
+
+
+@constexpr_function
+def op_id(op):
+    # "iris.ccl.all_reduce" and the like count as their family (see OP_IDS).
+    name = str(op)
+    ident = 0
+    if name == "iris.wait_until":
+        ident = 1
+    elif name == "iris.device_barrier":
+        ident = 2
+    elif name[:8] == "iris.ccl":
+        ident = 3
+    elif name[:8] == "iris.ops":
+        ident = 4
+    return ident
+
+
+@constexpr_function
+def _is_block(value_type):
+    return hasattr(value_type, "is_block") and value_type.is_block()
+
+
+@triton.jit
+def _slots(heap_bases):
+    world_size = tl.load(heap_bases - 1).to(tl.int64, bitcast=True)
+    return heap_bases + world_size + 1 + tracing.NUM_SLOTS
+
+
+@triton.jit
+def _word(slots, index):
+    return tl.load(slots + index).to(tl.int64, bitcast=True)
+
+
+@triton.jit
+def timeout_ns(heap_bases):
+    """The rank's wait timeout in ns (0: none), set by ``Iris.hang.set_timeout``."""
+    return _word(_slots(heap_bases), SLOT_TIMEOUT_NS)
+
+
+@triton.jit
+def _linear_pid():
+    return tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
+
+
+@triton.jit
+def _value_of(value):
+    as_int = tl.cast(value, tl.int64)
+    if _is_block(as_int.type):
+        return tl.zeros([], tl.int64)
+    else:
+        return as_int
+
+
+@triton.jit
+def record(
+    heap_bases,
+    kind: tl.constexpr,
+    sub: tl.constexpr,
+    target_rank,
+    pointer,
+    value,
+    extra,
+    stamp,
+    mask=None,
+    op: tl.constexpr = tl.constexpr(""),
+    fresh: tl.constexpr = tl.constexpr(False),
+):
+    """Write one ring entry (nothing when compiled out or when the ring is not set up)."""
+    if ENABLED:
+        slots = _slots(heap_bases)
+        ring = _word(slots, SLOT_RING)
+        if ring != 0:
+            # Traced kernels already read the clock for this op: reuse it (no extra timer read).
+            if fresh:
+                when = hw.timer_ns()
+            elif tracing.compiled_in(heap_bases.dtype):
+                when = tl.cast(stamp, tl.int64)
+            else:
+                when = hw.timer_ns()
+            cur_rank = tl.load(heap_bases - 2).to(tl.int64, bitcast=True)
+            local_base = tl.load(heap_bases + cur_rank).to(tl.int64, bitcast=True)
+            offset, nbytes = tracing._touched(pointer, mask, local_base)
+            if _is_block(pointer.type):
+                extra_word = nbytes
+            else:
+                extra_word = tl.cast(extra, tl.int64)
+            sm = hw.sm_id()
+            region = sm.to(tl.int64) % _word(slots, SLOT_NUM_REGIONS)
+            counters = _word(slots, SLOT_COUNTERS).to(tl.pointer_type(tl.int64))
+            index = tl.atomic_add(counters + region * COUNTER_STRIDE, 1, sem="relaxed", scope="gpu")
+            mask_word = _word(slots, SLOT_RING_MASK)
+            entry = region * (mask_word + 1) + (index & mask_word)
+            ident = (
+                kind
+                | (sub << 8)
+                | ((cur_rank & 0xFFFF) << 16)
+                | ((tl.cast(target_rank, tl.int64) & 0xFFFF) << 32)
+                | ((sm.to(tl.int64) & 0xFFFF) << 48)
+            )
+            where = (_linear_pid().to(tl.int64) & 0xFFFFFFFF) | (op_id(op) << 32)
+            word = tl.arange(0, ENTRY_WORDS)
+            # One lane per word: one coalesced 64-byte write across PCIe.
+            data = tl.zeros([ENTRY_WORDS], tl.int64)
+            data = tl.where(word == 0, index + 1, data)
+            data = tl.where(word == 1, ident, data)
+            data = tl.where(word == 2, where, data)
+            data = tl.where(word == 3, offset, data)
+            data = tl.where(word == 4, _value_of(value), data)
+            data = tl.where(word == 5, when, data)
+            data = tl.where(word == 6, extra_word, data)
+            tl.store(ring.to(tl.pointer_type(tl.int64)) + entry * ENTRY_WORDS + word, data)
+
+
+@triton.jit
+def record_data(heap_bases, kind: tl.constexpr, target_rank, pointer, mask, stamp):
+    """A data op's entry: only in traced kernels, so untraced data ops compile as before."""
+    if tracing.compiled_in(heap_bases.dtype):
+        record(heap_bases, kind, 0, target_rank, pointer, 0, 0, stamp, mask)
+
+
+@triton.jit
+def expire(heap_bases, pointer, cmp: tl.constexpr, value, seen, waited_ns, timeout, op: tl.constexpr):
+    """A wait ran out of time: fill the report (first program of the rank wins) and stop."""
+    won = tl.full([], 1, tl.int32)
+    sm = hw.sm_id()
+    pid = _linear_pid()
+    rank = tl.full([], -1, tl.int64)
+    offset = pointer.to(tl.int64)
+    if heap_bases is not None:
+        slots = _slots(heap_bases)
+        rank = tl.load(heap_bases - 2).to(tl.int64, bitcast=True)
+        offset = offset - tl.load(heap_bases + rank).to(tl.int64, bitcast=True)
+        claim = _word(slots, SLOT_CLAIM)
+        report = _word(slots, SLOT_REPORT)
+        if claim != 0:
+            won = (
+                tl.atomic_cas(claim.to(tl.pointer_type(tl.int32)), 0, 1, sem="relaxed", scope="gpu") == 0
+            ).to(tl.int32)
+        if (won != 0) & (report != 0):
+            word = tl.arange(0, REPORT_WORDS)
+            data = tl.zeros([REPORT_WORDS], tl.int64)
+            data = tl.where(word == 1, rank, data)
+            data = tl.where(word == 2, sm.to(tl.int64), data)
+            data = tl.where(word == 3, pid.to(tl.int64), data)
+            data = tl.where(word == 4, op_id(op), data)
+            data = tl.where(word == 5, offset, data)
+            data = tl.where(word == 6, tl.cast(value, tl.int64), data)
+            data = tl.where(word == 7, tl.cast(seen, tl.int64), data)
+            data = tl.where(word == 8, cmp_id(cmp), data)
+            data = tl.where(word == 9, tl.cast(waited_ns, tl.int64), data)
+            data = tl.where(word == 10, hw.timer_ns(), data)
+            data = tl.where(word == 11, tl.cast(timeout, tl.int64), data)
+            records = report.to(tl.pointer_type(tl.int64))
+            tl.store(records + word, data, mask=word != REPORT_STATE)
+            # Every field reaches host memory before the state word says they are there.
+            hw.fence_system()
+            tl.store(records + REPORT_STATE, 1)
+            hw.fence_system()
+    hw.wait_expired(won, rank, sm, pid, op, offset, value, seen, cmp, waited_ns, timeout)

@@ -1,0 +1,240 @@
+"""Host side of the flight recorder: the per-rank flight file and the context slots that point at it.
+
+The file (layout in ``iris_trace.hang``) is created in ``IRIS_HANG_DIR`` (default
+``/dev/shm``), mapped into this process and registered with the backend as
+host memory kernels write directly (CUDA: ``cudaHostRegister``, mapped). So its
+ring and timeout report can be read by this process while a kernel spins, after
+a kernel trapped, and by ``iris-trace hang-report`` from any other process.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import mmap
+import os
+import sys
+import time
+import uuid
+
+import numpy as np
+import torch
+
+from iris_trace import hang as fmt
+
+from . import config
+from .device import flight as device_flight
+from .device.context import flight_slot
+from .log import WARNING, log_with_rank
+
+ENTRY_BYTES = fmt.ENTRY_WORDS * 8
+COUNTER_STRIDE = int(device_flight.COUNTER_STRIDE)
+
+
+class FlightRecorder:
+    """This rank's flight file, its registration with the GPU, and its context slots.
+
+    Created collectively by :class:`iris.Iris` (every rank allocates the same heap
+    objects). Read it with :meth:`state`, or from anywhere with ``iris-trace hang-report``.
+
+    Example:
+        >>> ctx.hang.recorder.state().entries[-3:]   # this rank's last three recorded ops
+    """
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+        rank, world = ctx.cur_rank, ctx.num_ranks
+        self.session: str = ctx._comm.broadcast_object(uuid.uuid4().hex[:12] if rank == 0 else None, src=0)
+        self.directory = config.hang_dir()
+        os.makedirs(self.directory, exist_ok=True)
+        _remove_stale_files(self.directory, self.session)
+        self.regions = ctx.get_cu_count()
+        self.entries = config.flight_entries()
+        self.path = fmt.flight_path(self.directory, self.session, rank)
+        self.nbytes = fmt.RING_OFFSET + self.regions * self.entries * ENTRY_BYTES
+        # Device-side bookkeeping lives on the heap, allocated identically on every rank.
+        self._counters = ctx.zeros(self.regions * COUNTER_STRIDE, dtype=torch.int64)
+        self._claim = ctx.zeros(1, dtype=torch.int32)
+        self._regions_meta: list[dict] = []
+        self._register_token = None
+        self._closed = False
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, self.nbytes)
+            self._map = mmap.mmap(fd, self.nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self.words = np.frombuffer(self._map, dtype=np.int64)
+        now = time.time_ns()
+        header = {
+            fmt.H_MAGIC: fmt.MAGIC,
+            fmt.H_VERSION: fmt.VERSION,
+            fmt.H_RANK: rank,
+            fmt.H_WORLD: world,
+            fmt.H_PID: os.getpid(),
+            fmt.H_REGIONS: self.regions,
+            fmt.H_ENTRIES: self.entries,
+            fmt.H_HEAP_SIZE: ctx.heap_size,
+            fmt.H_CREATED: now,
+            fmt.H_PHASE_SINCE: now,
+            fmt.H_HEARTBEAT: now,
+        }
+        for word, value in header.items():
+            self.words[word] = value
+        self._write_metadata()
+
+        device_address = 0
+        try:
+            device_address, self._register_token = ctx.backend.register_host_memory(
+                self.words.ctypes.data, self.nbytes
+            )
+        except Exception as error:  # noqa: BLE001 - timeouts still work, without a report
+            log_with_rank(
+                WARNING,
+                f"iris: the flight file could not be mapped for the GPU ({error}); wait timeouts will "
+                "stop kernels without a report and the flight recorder is off",
+                rank,
+                world,
+            )
+        self._ring_address = device_address + fmt.RING_OFFSET if device_address else 0
+        self._report_address = device_address + fmt.REPORT_OFFSET if device_address else 0
+        self.set_timeout(config.wait_timeout())
+
+    # ------------------------------------------------------------------ slots and header
+    def _write_slots(self, values: dict[int, int]) -> None:
+        context = self._ctx._device_context
+        for slot, value in values.items():
+            context[flight_slot(self._ctx.num_ranks, slot)] = int(value)
+
+    def set_timeout(self, seconds: float) -> None:
+        """Make every later wait with ``heap_bases`` on this rank give up after ``seconds`` (0: never)."""
+        timeout_ns = int(seconds * 1e9)
+        self._write_slots(
+            {
+                int(device_flight.SLOT_TIMEOUT_NS): timeout_ns,
+                int(device_flight.SLOT_RING): self._ring_address if config.FLIGHT else 0,
+                int(device_flight.SLOT_RING_MASK): self.entries - 1,
+                int(device_flight.SLOT_NUM_REGIONS): self.regions,
+                int(device_flight.SLOT_COUNTERS): self._counters.data_ptr(),
+                int(device_flight.SLOT_REPORT): self._report_address,
+                int(device_flight.SLOT_CLAIM): self._claim.data_ptr(),
+            }
+        )
+        self.words[fmt.H_TIMEOUT] = timeout_ns
+
+    @property
+    def timeout(self) -> float:
+        """The current wait timeout in seconds (0: none)."""
+        return int(self.words[fmt.H_TIMEOUT]) / 1e9
+
+    def set_phase(self, phase: int) -> None:
+        """Publish what the host is doing (``iris_trace.hang.PHASES``) for other ranks' reports."""
+        if not self._closed:
+            self.words[fmt.H_PHASE] = phase
+            self.words[fmt.H_PHASE_SINCE] = time.time_ns()
+
+    def heartbeat(self) -> None:
+        if not self._closed:
+            self.words[fmt.H_HEARTBEAT] = time.time_ns()
+
+    def name_region(self, name: str, tensor: torch.Tensor, releaser_axis: int | None = None) -> None:
+        """Name a heap tensor in reports; ``name`` may use ``{0}``, ``{1}`` for the element's index.
+
+        ``releaser_axis``: the index along that axis is the rank that releases the element.
+
+        Example:
+            >>> ctx.hang.recorder.name_region("step flags of rank {0}", flags, releaser_axis=0)
+        """
+        self._regions_meta.append(
+            {
+                "name": name,
+                "offset": self._ctx.heap.offset_of(tensor),
+                "shape": list(tensor.shape),
+                "itemsize": tensor.element_size(),
+                "releaser_axis": releaser_axis,
+            }
+        )
+        self._write_metadata()
+
+    def _write_metadata(self) -> None:
+        ctx = self._ctx
+        device = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "emulated (CPU)"
+        blob = json.dumps(
+            {
+                "session": self.session,
+                "hostname": os.uname().nodename,
+                "device": device,
+                "command": " ".join(sys.argv),
+                "regions": self._regions_meta,
+            }
+        ).encode()
+        if len(blob) > fmt.META_BYTES:
+            raise ValueError("iris: too many named regions for the flight file's metadata")
+        self._map[fmt.META_OFFSET : fmt.META_OFFSET + len(blob)] = blob
+        self.words[fmt.H_META_BYTES] = len(blob)
+
+    # ------------------------------------------------------------------ reading
+    def timed_out(self) -> bool:
+        """Whether a wait on this rank has written its timeout report."""
+        return not self._closed and int(self.words[fmt.REPORT_OFFSET // 8]) == 1
+
+    def clear_report(self) -> None:
+        """Forget a timeout report (under emulation, once the interpreter has raised it)."""
+        self.words[fmt.REPORT_OFFSET // 8] = 0
+        self._claim.zero_()
+
+    def state(self) -> fmt.RankState:
+        """This rank's flight state as ``iris-trace hang-report`` sees it.
+
+        Example:
+            >>> state = ctx.hang.recorder.state()
+            >>> state.timeout, state.pending
+        """
+        return fmt.read_flight_file(self.path)
+
+    def dump(self) -> str:
+        """Copy the flight file to a dump that outlives the process; returns its path."""
+        path = fmt.dump_path(self.directory, self.session, self._ctx.cur_rank)
+        with open(path, "wb") as handle:
+            handle.write(bytes(self._map))
+        return path
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Unregister and remove the flight file (dumps are kept)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.words[fmt.H_STATE] = 1
+        self.words[fmt.H_PHASE] = fmt.PHASE_CLOSED
+        if self._register_token is not None:
+            try:
+                self._ctx.backend.unregister_host_memory(self._register_token)
+            except Exception:  # noqa: BLE001 - a trapped GPU refuses everything; the OS frees it
+                pass
+            self._register_token = None
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        del self.words
+        self._map.close()
+
+
+def _remove_stale_files(directory: str, session: str) -> None:
+    """Delete live flight files that other, dead processes left behind (killed ranks)."""
+    for path in glob.glob(os.path.join(directory, "iris-flight-*-rank*.bin")):
+        if session in os.path.basename(path):
+            continue
+        try:
+            with open(path, "rb") as handle:
+                header = np.frombuffer(handle.read(fmt.HEADER_BYTES), dtype=np.int64)
+            if len(header) > fmt.H_PID and int(header[fmt.H_MAGIC]) == fmt.MAGIC:
+                pid = int(header[fmt.H_PID])
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    os.unlink(path)
+        except (OSError, ValueError):
+            continue

@@ -1,0 +1,488 @@
+"""Flight files and hang reports: which rank waits on which, and what each last sent.
+
+Every rank of a live Iris context keeps one *flight file*
+(``<IRIS_HANG_DIR>/iris-flight-<session>-rank<N>.bin``, default ``/dev/shm``). Its GPU
+writes into it directly (the file is registered as mapped host memory), so this
+module can read it from any process while kernels still run, after one trapped,
+and after the rank died. Layout (little-endian int64 words)::
+
+    bytes 0..511      header: magic, version, rank, world, pid, regions, entries per region,
+                      heap_size, created (unix ns), state, timeout_ns, host phase,
+                      host phase since (unix ns), metadata bytes, heartbeat (unix ns)
+    bytes 512..1023   timeout report: state, rank, sm, program, op, heap offset, expected,
+                      seen, cmp, waited ns, device clock, timeout ns
+    bytes 1024..8191  JSON metadata: session, named heap regions (e.g. the device barrier)
+    bytes 8192..      ring: regions x entries x 8 words (layout in ``iris.device.flight``)
+
+Importing it needs numpy only.
+
+Example:
+    >>> from iris_trace.hang import HangReport
+    >>> print(HangReport.from_directory("/dev/shm").format())
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .events import EVENT_NAMES
+
+MAGIC = int.from_bytes(b"IRISFLT1", "little")
+VERSION = 1
+HEADER_BYTES = 512
+REPORT_OFFSET = 512
+REPORT_WORDS = 16
+META_OFFSET = 1024
+META_BYTES = 8192 - 1024
+RING_OFFSET = 8192
+ENTRY_WORDS = 8
+
+# Header words.
+H_MAGIC, H_VERSION, H_RANK, H_WORLD, H_PID, H_REGIONS, H_ENTRIES, H_HEAP_SIZE = range(8)
+H_CREATED, H_STATE, H_TIMEOUT, H_PHASE, H_PHASE_SINCE, H_META_BYTES, H_HEARTBEAT = range(8, 15)
+
+#: Host phases a rank publishes in its header.
+PHASES = {
+    0: "is running host code",
+    1: "is in a host barrier",
+    2: "is in a host collective",
+    3: "has closed its context",
+}
+PHASE_RUNNING, PHASE_BARRIER, PHASE_COLLECTIVE, PHASE_CLOSED = 0, 1, 2, 3
+
+WAIT_BEGIN = 17
+WAIT_END = 16
+SIGNAL = 15
+#: Ring kinds: the tracing event ids plus the start of a wait.
+KIND_NAMES = {**EVENT_NAMES, WAIT_BEGIN: "wait_begin", WAIT_END: "wait_end"}
+#: Kinds that change a peer's memory: what a rank "sent".
+SENT_KINDS = frozenset({2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+CMPS = ("eq", "ne", "gt", "ge", "lt", "le")
+CMP_SYMBOLS = {"eq": "==", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+OP_NAMES = {0: "wait", 1: "iris.wait_until", 2: "iris.device_barrier", 3: "iris.ccl", 4: "iris.ops"}
+
+ENTRY_DTYPE = np.dtype(
+    [
+        ("seq", np.int64),
+        ("kind", np.int16),
+        ("sub", np.int16),
+        ("cur_rank", np.int16),
+        ("target_rank", np.int16),
+        ("sm", np.int32),
+        ("pid", np.int32),
+        ("op", np.int32),
+        ("offset", np.int64),
+        ("value", np.int64),
+        ("time_ns", np.int64),
+        ("extra", np.int64),
+    ]
+)
+
+_FILE_RE = re.compile(r"iris-(?:flight|hang)-(?P<session>[0-9a-f]+)-rank(?P<rank>\d+)\.bin$")
+
+
+def flight_path(directory: str, session: str, rank: int) -> str:
+    """Where rank ``rank`` of ``session`` keeps its live flight file."""
+    return os.path.join(directory, f"iris-flight-{session}-rank{rank}.bin")
+
+
+def dump_path(directory: str, session: str, rank: int) -> str:
+    """Where rank ``rank`` of ``session`` copies its flight file on a timeout or signal."""
+    return os.path.join(directory, f"iris-hang-{session}-rank{rank}.bin")
+
+
+def decode_entries(ring: np.ndarray, regions: int, entries: int) -> np.ndarray:
+    """The written ring entries (``ENTRY_DTYPE``), oldest first.
+
+    Example:
+        >>> decode_entries(words[RING_OFFSET // 8 :], 8, 64)["kind"]
+    """
+    words = np.asarray(ring, dtype=np.int64)[: regions * entries * ENTRY_WORDS].reshape(-1, ENTRY_WORDS)
+    raw = words[words[:, 0] > 0]
+    out = np.empty(len(raw), dtype=ENTRY_DTYPE)
+    ident, where = raw[:, 1], raw[:, 2]
+    out["seq"] = raw[:, 0]
+    out["kind"] = ident & 0xFF
+    out["sub"] = (ident >> 8) & 0xFF
+    out["cur_rank"] = (ident >> 16) & 0xFFFF
+    target = (ident >> 32) & 0xFFFF
+    out["target_rank"] = np.where(target == 0xFFFF, -1, target)
+    out["sm"] = (ident >> 48) & 0xFFFF
+    out["pid"] = where & 0xFFFFFFFF
+    out["op"] = where >> 32
+    out["offset"] = raw[:, 3]
+    out["value"] = raw[:, 4]
+    out["time_ns"] = raw[:, 5]
+    out["extra"] = raw[:, 6]
+    return out[np.lexsort((out["seq"], out["time_ns"]))]
+
+
+@dataclass
+class Timeout:
+    """The report a timed-out wait left: who waited, where, for what, and what it saw."""
+
+    rank: int
+    sm: int
+    pid: int
+    op: str
+    offset: int
+    expected: int
+    seen: int
+    cmp: str
+    waited_ns: int
+    timeout_ns: int
+
+    def describe(self) -> str:
+        return (
+            f"{self.op} on SM {self.sm}, program {self.pid} waited {self.waited_ns / 1e9:.3g} s "
+            f"(timeout {self.timeout_ns / 1e9:g} s) for flag {CMP_SYMBOLS.get(self.cmp, self.cmp)} "
+            f"{self.expected} at heap offset {self.offset:#x}; last seen {self.seen}"
+        )
+
+
+@dataclass
+class RankState:
+    """What one rank's flight file says."""
+
+    rank: int
+    world_size: int
+    pid: int
+    session: str
+    path: str
+    created_ns: int
+    closed: bool
+    phase: int
+    phase_since_ns: int
+    timeout_ns: int
+    alive: bool
+    metadata: dict
+    entries: np.ndarray
+    timeout: Timeout | None = None
+    pending: list = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if not self.alive:
+            return f"is gone (process {self.pid} exited)"
+        if self.closed:
+            return "has closed its context"
+        return PHASES.get(self.phase, f"phase {self.phase}")
+
+    def region_name(self, offset: int) -> str | None:
+        """The named heap region (``metadata['regions']``) holding ``offset``, with the element."""
+        for region in self.metadata.get("regions", []):
+            start, shape, item = region["offset"], region["shape"], region["itemsize"]
+            count = int(np.prod(shape))
+            if start <= offset < start + count * item:
+                index = np.unravel_index((offset - start) // item, shape)
+                return region["name"].format(*[int(i) for i in index])
+        return None
+
+    def releaser_of(self, offset: int) -> int | None:
+        """The rank a named region says must release the flag at ``offset`` (e.g. a barrier member)."""
+        for region in self.metadata.get("regions", []):
+            start, shape, item = region["offset"], region["shape"], region["itemsize"]
+            if region.get("releaser_axis") is None:
+                continue
+            if start <= offset < start + int(np.prod(shape)) * item:
+                index = np.unravel_index((offset - start) // item, shape)
+                return int(index[region["releaser_axis"]])
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # an exited child its parent has not reaped yet is a zombie, not alive
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def read_flight_file(path: str) -> RankState:
+    """Parse one flight (or dump) file.
+
+    Example:
+        >>> state = read_flight_file("/dev/shm/iris-flight-ab12-rank0.bin")
+        >>> state.timeout, state.pending
+    """
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if len(data) < RING_OFFSET:
+        raise ValueError(f"{path}: {len(data)} bytes is too short for a flight file")
+    words = np.frombuffer(data, dtype=np.int64)
+    if int(words[H_MAGIC]) != MAGIC:
+        raise ValueError(f"{path}: not an Iris flight file")
+    if int(words[H_VERSION]) != VERSION:
+        raise ValueError(f"{path}: flight file version {int(words[H_VERSION])}, this reader knows {VERSION}")
+    meta_len = int(words[H_META_BYTES])
+    metadata = json.loads(data[META_OFFSET : META_OFFSET + meta_len].decode()) if meta_len else {}
+    regions, entries = int(words[H_REGIONS]), int(words[H_ENTRIES])
+    ring = words[RING_OFFSET // 8 :]
+    state = RankState(
+        rank=int(words[H_RANK]),
+        world_size=int(words[H_WORLD]),
+        pid=int(words[H_PID]),
+        session=metadata.get("session", ""),
+        path=path,
+        created_ns=int(words[H_CREATED]),
+        closed=int(words[H_STATE]) == 1,
+        phase=int(words[H_PHASE]),
+        phase_since_ns=int(words[H_PHASE_SINCE]),
+        timeout_ns=int(words[H_TIMEOUT]),
+        alive=_pid_alive(int(words[H_PID]))
+        and metadata.get("hostname", os.uname().nodename) == os.uname().nodename,
+        metadata=metadata,
+        entries=decode_entries(ring, regions, entries),
+    )
+    report = words[REPORT_OFFSET // 8 : REPORT_OFFSET // 8 + REPORT_WORDS]
+    if int(report[0]) == 1:
+        state.timeout = Timeout(
+            rank=int(report[1]),
+            sm=int(report[2]),
+            pid=int(report[3]),
+            op=OP_NAMES.get(int(report[4]), "wait"),
+            offset=int(report[5]),
+            expected=int(report[6]),
+            seen=int(report[7]),
+            cmp=CMPS[int(report[8])] if 0 <= int(report[8]) < len(CMPS) else "?",
+            waited_ns=int(report[9]),
+            timeout_ns=int(report[11]),
+        )
+    state.pending = pending_waits(state.entries)
+    return state
+
+
+def pending_waits(entries: np.ndarray) -> list[np.void]:
+    """Waits that began and have not ended (per SM and program), oldest first."""
+    open_waits: dict[tuple, np.void] = {}
+    for entry in entries[np.lexsort((entries["seq"], entries["sm"]))]:
+        key = (int(entry["sm"]), int(entry["pid"]), int(entry["offset"]), int(entry["value"]))
+        if entry["kind"] == WAIT_BEGIN:
+            open_waits[key] = entry
+        elif entry["kind"] == WAIT_END:
+            open_waits.pop(key, None)
+    return sorted(open_waits.values(), key=lambda e: int(e["time_ns"]))
+
+
+def describe_entry(entry: np.void) -> str:
+    """One ring entry as text, e.g. ``signal add 1 -> rank 1 @0x200``."""
+    kind = int(entry["kind"])
+    name = KIND_NAMES.get(kind, f"kind{kind}")
+    where = f"@{int(entry['offset']):#x}"
+    if kind in (WAIT_BEGIN, WAIT_END):
+        cmp = CMPS[int(entry["sub"])] if int(entry["sub"]) < len(CMPS) else "?"
+        op = OP_NAMES.get(int(entry["op"]), "wait")
+        text = f"{op} {where} {CMP_SYMBOLS[cmp] if cmp in CMP_SYMBOLS else cmp} {int(entry['value'])}"
+        return text + (" (began)" if kind == WAIT_BEGIN else f" (satisfied, saw {int(entry['extra'])})")
+    if kind == SIGNAL:
+        name = "signal add" if int(entry["sub"]) == 1 else "signal set"
+    value = "" if kind in (1, 2, 3, 4, 5) else f" {int(entry['value'])}"
+    return f"{name}{value} -> rank {int(entry['target_rank'])} {where}"
+
+
+@dataclass
+class HangReport:
+    """Every rank's flight state of one session, with the likely culprit of a hang.
+
+    Example:
+        >>> report = HangReport.from_directory("/dev/shm")
+        >>> print(report.format())
+    """
+
+    session: str
+    world_size: int
+    ranks: dict[int, RankState]
+    last: int = 5
+
+    @classmethod
+    def from_files(cls, paths: list[str], last: int = 5) -> HangReport:
+        """A report from explicit flight or dump files (all of one session)."""
+        states = [read_flight_file(p) for p in paths]
+        if not states:
+            raise ValueError("no flight files to report on")
+        sessions = {s.session for s in states}
+        if len(sessions) != 1:
+            raise ValueError(f"flight files of several sessions given: {sorted(sessions)}")
+        ranks: dict[int, RankState] = {}
+        for state in states:  # a live file wins over an older dump of the same rank
+            if state.rank not in ranks or "iris-flight-" in os.path.basename(state.path):
+                ranks[state.rank] = state
+        return cls(states[0].session, states[0].world_size, ranks, last)
+
+    @classmethod
+    def from_directory(cls, directory: str, session: str | None = None, last: int = 5) -> HangReport:
+        """A report on ``session`` (default: the newest one) from the files in ``directory``."""
+        sessions = find_sessions(directory)
+        if not sessions:
+            raise ValueError(f"no Iris flight or dump files in {directory}")
+        if session is None:
+            session = max(sessions, key=lambda s: sessions[s][1])
+        if session not in sessions:
+            raise ValueError(f"no files of session {session} in {directory} (found: {sorted(sessions)})")
+        return cls.from_files(sessions[session][0], last)
+
+    # ------------------------------------------------------------------ analysis
+    def releasers(self, rank: int, offset: int) -> list[int]:
+        """Ranks that ever released (signalled, updated) ``rank``'s flag at ``offset``, per their rings."""
+        state = self.ranks.get(rank)
+        named = state.releaser_of(offset) if state else None
+        found = set() if named is None else {named}
+        for other in self.ranks.values():
+            sent = other.entries[np.isin(other.entries["kind"], list(SENT_KINDS))]
+            if np.any((sent["target_rank"] == rank) & (sent["offset"] == offset)):
+                found.add(other.rank)
+        return sorted(found)
+
+    def waits(self) -> dict[int, tuple[int, int, str]]:
+        """Per waiting rank: (heap offset, expected, text) of its oldest pending or timed-out wait."""
+        result = {}
+        for rank, state in sorted(self.ranks.items()):
+            if state.timeout is not None:
+                t = state.timeout
+                result[rank] = (t.offset, t.expected, "TIMED OUT: " + t.describe())
+            elif state.pending:
+                entry = state.pending[0]
+                cmp = CMPS[int(entry["sub"])] if int(entry["sub"]) < len(CMPS) else "?"
+                result[rank] = (
+                    int(entry["offset"]),
+                    int(entry["value"]),
+                    f"waiting in {OP_NAMES.get(int(entry['op']), 'wait')} on SM {int(entry['sm'])}, "
+                    f"program {int(entry['pid'])} for flag {CMP_SYMBOLS.get(cmp, cmp)} {int(entry['value'])} "
+                    f"at heap offset {int(entry['offset']):#x}",
+                )
+        return result
+
+    def culprit(self) -> tuple[int | None, str]:
+        """``(rank, reason)`` of the rank most likely to blame, or ``(None, reason)``."""
+        missing = [r for r in range(self.world_size) if r not in self.ranks]
+        waits = self.waits()
+        for rank, (offset, _expected, _) in sorted(waits.items(), key=lambda kv: kv[0]):
+            candidates = self.releasers(rank, offset)
+            flag = self._flag_name(rank, offset)
+            for candidate in candidates:
+                if candidate == rank:
+                    continue
+                if candidate in missing:
+                    return candidate, (
+                        f"rank {rank} waits for {flag}, which rank {candidate} releases, but rank "
+                        f"{candidate} has no flight file: it never created its context, or exited"
+                    )
+                state = self.ranks[candidate]
+                if candidate not in waits:
+                    return candidate, (
+                        f"rank {rank} waits for {flag}, which rank {candidate} releases, but rank "
+                        f"{candidate} is not waiting on the device: it {state.status}"
+                        + self._last_sent_hint(candidate, rank, offset)
+                    )
+            if not candidates:
+                idle = [r for r in range(self.world_size) if r != rank and r not in waits]
+                if idle:
+                    blame = idle[0]
+                    status = "has no flight file" if blame in missing else self.ranks[blame].status
+                    return blame, (
+                        f"rank {rank} waits for {flag}, which no rank ever released; rank {blame} is not "
+                        f"waiting on the device (it {status}): it never reached the op that should "
+                        "release it (an early exit or mismatched calls)"
+                    )
+                return rank, f"rank {rank} waits for {flag}, which no rank ever released or will release"
+        if waits:
+            cycle = " -> ".join(f"rank {r}" for r in sorted(waits))
+            return min(waits), f"every rank waits on another ({cycle}): a deadlock between ranks"
+        if missing:
+            return missing[
+                0
+            ], f"rank {missing[0]} has no flight file: it never created its context, or exited"
+        return None, "no rank is waiting on the device"
+
+    def _flag_name(self, rank: int, offset: int) -> str:
+        named = self.ranks[rank].region_name(offset) if rank in self.ranks else None
+        return f"its flag at heap offset {offset:#x}" + (f" ({named})" if named else "")
+
+    def _last_sent_hint(self, sender: int, rank: int, offset: int) -> str:
+        entries = self.ranks[sender].entries
+        mine = entries[(entries["target_rank"] == rank) & (entries["offset"] == offset)]
+        if len(mine):
+            return f"; its last release of that flag was: {describe_entry(mine[-1])}"
+        return ""
+
+    # ------------------------------------------------------------------ output
+    def format(self) -> str:
+        """The report as text: per rank its state, what it waits on and what it last sent."""
+        lines = [f"iris hang report: session {self.session}, {self.world_size} rank(s)"]
+        waits = self.waits()
+        for rank in range(self.world_size):
+            state = self.ranks.get(rank)
+            if state is None:
+                lines.append(f"rank {rank}: no flight file (never created its context, or exited)")
+                continue
+            lines.append(f"rank {rank} (pid {state.pid}) {state.status}:")
+            if rank in waits:
+                offset, _, text = waits[rank]
+                named = state.region_name(offset)
+                lines.append(f"  {text}" + (f" ({named})" if named else ""))
+                who = [r for r in self.releasers(rank, offset) if r != rank]
+                if who:
+                    lines.append(f"  released by: {', '.join(f'rank {r}' for r in who)}")
+            else:
+                lines.append("  not waiting on the device")
+            sent = state.entries[np.isin(state.entries["kind"], list(SENT_KINDS))]
+            if len(sent):
+                lines.append(f"  last sent ({min(self.last, len(sent))} of {len(sent)} in the ring):")
+                lines.extend(f"    {describe_entry(e)}" for e in sent[-self.last :])
+            else:
+                lines.append("  sent nothing (in the ring)")
+        rank, reason = self.culprit()
+        lines.append(f"likely culprit: {'none' if rank is None else f'rank {rank}'}: {reason}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """The report as JSON-ready data."""
+        rank, reason = self.culprit()
+        waits = self.waits()
+        return {
+            "session": self.session,
+            "world_size": self.world_size,
+            "culprit": rank,
+            "reason": reason,
+            "ranks": {
+                str(r): {
+                    "pid": s.pid,
+                    "status": s.status,
+                    "wait": waits[r][2] if r in waits else None,
+                    "last_sent": [
+                        describe_entry(e)
+                        for e in s.entries[np.isin(s.entries["kind"], list(SENT_KINDS))][-self.last :]
+                    ],
+                }
+                for r, s in sorted(self.ranks.items())
+            },
+        }
+
+
+def find_sessions(directory: str) -> dict[str, tuple[list[str], int]]:
+    """``session -> (files, newest creation time)`` for the flight and dump files in ``directory``."""
+    sessions: dict[str, tuple[list[str], int]] = {}
+    for path in glob.glob(os.path.join(directory, "iris-*-rank*.bin")):
+        match = _FILE_RE.search(os.path.basename(path))
+        if not match:
+            continue
+        try:
+            created = os.stat(path).st_mtime_ns
+        except FileNotFoundError:
+            continue
+        files, newest = sessions.get(match["session"], ([], 0))
+        files.append(path)
+        sessions[match["session"]] = (files, max(newest, created))
+    return sessions

@@ -1,0 +1,292 @@
+"""Planted deadlocks end within the wait timeout, naming the right culprit; what the flight recorder holds.
+
+Each planted deadlock runs on its own 2-rank pool with a short timeout and its own
+hang directory. On GPUs a timed-out wait traps, which ends the rank's CUDA context,
+so those pools are discarded after each test.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from conftest import get_pool
+from harness import RankError
+
+import iris
+from iris_trace import hang as fmt
+from iris_trace.cli import main as iris_trace_main
+
+TIMEOUT_S = 2
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@triton.jit
+def wait_flag_kernel(flag, value, heap_bases):
+    iris.wait_until(flag, "eq", value, heap_bases=heap_bases)
+
+
+@triton.jit
+def sync_ops_kernel(buf, flag, cur_rank, world_size, heap_bases):
+    peer = (cur_rank + 1) % world_size
+    offsets = tl.arange(0, 4)
+    iris.put(buf + offsets, buf + 4 + offsets, cur_rank, peer, heap_bases)
+    iris.atomic_add(buf + 8, 3, cur_rank, peer, heap_bases)
+    iris.atomic_cas(buf + 9, 0, 7, cur_rank, peer, heap_bases)
+    iris.signal(flag, 5, cur_rank, peer, heap_bases, op="add")
+    iris.wait_until(flag, "ge", 5, heap_bases=heap_bases)
+
+
+def _hang_pool(tag: str, **env: str):
+    directory = tempfile.mkdtemp(prefix=f"iris-hang-{tag}-")
+    pool = get_pool(2, IRIS_WAIT_TIMEOUT=str(TIMEOUT_S), IRIS_HANG_DIR=directory, IRIS_TEST_POOL=tag, **env)
+    return pool, directory
+
+
+def _close(ctx):
+    # A trapped GPU kernel leaves the CUDA context unusable: only the host side can still meet.
+    if iris.BACKEND == "emulated":
+        ctx.close()
+    else:
+        ctx._comm.barrier()
+
+
+def _unsignalled_body(rank, world_size):
+    ctx = iris.iris(1 << 20)
+    flag = ctx.zeros(1, dtype=torch.int32)
+    ctx.barrier()
+    message, started = None, time.monotonic()
+    if rank == 0:
+        with pytest.raises(Exception) as info:
+            wait_flag_kernel[(1,)](flag, 1, ctx.get_heap_bases())
+            ctx.hang.guard(ctx.backend.synchronize, ctx.device)
+        message = str(info.value)
+        ctx._comm.barrier()
+    else:
+        ctx._comm.barrier()  # rank 1 never signals: it waits on the host
+    elapsed = time.monotonic() - started
+    session = ctx.hang.recorder.session
+    _close(ctx)
+    return message, elapsed, session, ctx.heap.offset_of(flag) if not ctx.heap._closed else None
+
+
+def test_a_wait_nobody_signals_ends_within_the_timeout_naming_the_culprit():
+    pool, directory = _hang_pool("deadlock")
+    try:
+        results = pool.run(_unsignalled_body, timeout=120)
+    finally:
+        if iris.BACKEND != "emulated":
+            pool.close(kill=True)
+    message, elapsed, session, _ = results[0]
+    assert elapsed < TIMEOUT_S + 30, elapsed
+    assert "waiting for eq 1" in message or "flag == 1" in message, message
+    assert "last seen 0" in message and "rank 0" in message and "program 0" in message, message
+    assert "Likely culprit: rank 1" in message or "likely culprit: rank 1" in message, message
+    # The dump outlives the ranks; the command line reads it.
+    report = fmt.HangReport.from_directory(directory, session)
+    assert report.ranks[0].timeout is not None and report.ranks[0].timeout.seen == 0
+
+
+def _exit_early_body(rank, world_size, out_path):
+    ctx = iris.iris(1 << 20)
+    ctx.barrier()
+    ctx.device_barrier()
+    if rank == 1:
+        os._exit(0)  # leaves without a word: no close, no second barrier
+    lines = []
+    try:
+        ctx.device_barrier()
+        ctx.hang.guard(ctx.backend.synchronize, ctx.device)
+    except Exception as error:
+        lines.append(str(error))
+    started = time.monotonic()
+    try:
+        ctx._comm.barrier()
+    except iris.HostTimeoutError as error:
+        lines.append(str(error))
+    lines.append(f"host barrier failed after {time.monotonic() - started:.1f} s")
+    with open(out_path, "w") as handle:
+        handle.write("\n=====\n".join(lines))
+    return None
+
+
+def test_a_rank_that_exits_early_is_named_by_the_others(tmp_path):
+    pool, _ = _hang_pool("exit-early")
+    out_path = str(tmp_path / "rank0.txt")
+    with pytest.raises(RankError, match="rank 1 died"):
+        pool.run(_exit_early_body, out_path, timeout=120)
+    pool.close(kill=True)
+    device_error, host_error, took = open(out_path).read().split("\n=====\n")
+    assert "iris.device_barrier" in device_error and "arrivals of rank 1" in device_error, device_error
+    assert "rank 1" in device_error and ("is gone" in device_error or "no flight file" in device_error)
+    assert "rank(s) [1] never reached this host barrier" in host_error, host_error
+    assert float(took.split()[-2]) < 30
+
+
+def _mismatched_body(rank, world_size):
+    ctx = iris.iris(1 << 20)
+    ctx.barrier()
+    message = None
+    if rank == 0:
+        ctx.device_barrier()
+        with pytest.raises(Exception) as info:
+            ctx.device_barrier()  # rank 1 calls it once only
+            ctx.hang.guard(ctx.backend.synchronize, ctx.device)
+        message = str(info.value)
+    else:
+        ctx.device_barrier()
+    ctx._comm.barrier()
+    _close(ctx)
+    return message
+
+
+def test_mismatched_collective_calls_name_the_rank_that_called_fewer():
+    pool, _ = _hang_pool("deadlock")
+    try:
+        message = pool.run(_mismatched_body, timeout=120)[0]
+    finally:
+        if iris.BACKEND != "emulated":
+            pool.close(kill=True)
+    assert "iris.device_barrier" in message and "last seen 1" in message, message
+    assert "culprit: rank 1" in message and "arrivals of rank 1" in message, message
+
+
+def _missing_rank_body(rank, world_size, sleep_s):
+    if rank == 1:
+        time.sleep(sleep_s)  # never arrives in time
+        return None
+    started = time.monotonic()
+    with pytest.raises(iris.HostTimeoutError) as info:
+        iris.iris(1 << 20)
+    return str(info.value), time.monotonic() - started
+
+
+def test_a_rank_that_never_arrives_fails_the_host_side_within_the_host_timeout():
+    pool, _ = _hang_pool("missing", IRIS_HOST_TIMEOUT="2")
+    try:
+        message, took = pool.run(_missing_rank_body, 4.0, timeout=120)[0]
+    finally:
+        pool.close(kill=True)
+    assert took < 10, took
+    assert "rank(s) [1] never reached" in message, message
+
+
+def _flight_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        buf = ctx.zeros(16, dtype=torch.int32)
+        flag = ctx.zeros(1, dtype=torch.int32)
+        ctx.barrier()
+        sync_ops_kernel[(1,)](buf, flag, rank, world_size, ctx.get_heap_bases())
+        ctx.barrier()
+        entries = ctx.hang.recorder.state().entries
+        names = [fmt.KIND_NAMES[k] for k in entries["kind"]]
+        # Untraced: the put is not recorded, every synchronisation op is, in program order.
+        assert names == ["atomic_add", "atomic_cas", "signal", "wait_begin", "wait_end"], names
+        peer = (rank + 1) % world_size
+        assert list(entries["target_rank"][:3]) == [peer] * 3
+        assert entries["offset"][0] == ctx.heap.offset_of(buf) + 32 and entries["value"][0] == 3
+        assert entries["value"][1] == 7 and entries["extra"][1] == 0  # cas: swapped-in value, compared
+        assert entries["value"][2] == 5 and entries["sub"][2] == 1  # signal add 5
+        assert entries["offset"][3] == ctx.heap.offset_of(flag) and entries["extra"][4] >= 5
+        assert (entries["cur_rank"] == rank).all()
+        assert not ctx.hang.recorder.state().pending
+        ctx.tracing.enable(max_events=64 * ctx.get_cu_count())
+        ctx.barrier()
+        sync_ops_kernel[(1,)](buf, flag, rank, world_size, ctx.get_heap_bases())
+        ctx.barrier()
+        names = [fmt.KIND_NAMES[k] for k in ctx.hang.recorder.state().entries["kind"]]
+        assert names[5:] == ["put", "atomic_add", "atomic_cas", "signal", "wait_begin", "wait_end"], names
+        ctx.tracing.disable()
+        report = ctx.hang.report()
+        assert report.culprit()[0] is None and "last sent" in report.format()
+
+
+def test_the_flight_recorder_holds_each_ranks_sync_ops(multi_world):
+    multi_world.run(_flight_body)
+
+
+def _timeout_setting_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        ctx.set_wait_timeout(5)
+        assert ctx.get_wait_timeout() == 5
+        ctx.set_wait_timeout(0)
+        assert ctx.get_wait_timeout() == 0
+        with pytest.raises(ValueError, match="non-negative"):
+            ctx.set_wait_timeout(-1)
+
+
+def test_wait_timeout_is_settable(world):
+    world.run(_timeout_setting_body)
+
+
+SIGTERM_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import iris
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def wait_forever(flag, heap_bases):
+        iris.wait_until(flag, "eq", 1, heap_bases=heap_bases)
+
+    ctx = iris.iris(1 << 20)
+    ctx.set_wait_timeout(0)
+    flag = ctx.zeros(1, dtype=torch.int32)
+    print("ready", ctx.hang.recorder.session, flush=True)
+    wait_forever[(1,)](flag, ctx.get_heap_bases())
+    """
+)
+
+
+@pytest.mark.skipif(iris.BACKEND != "emulated", reason="single-process hang without a second GPU rank")
+def test_sigterm_dumps_the_flight_recorder(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(SIGTERM_SCRIPT)
+    env = {**os.environ, "IRIS_HANG_DIR": str(tmp_path), "PYTHONPATH": ROOT}
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    session = proc.stdout.readline().split()[1]
+    time.sleep(1.0)  # inside the wait
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM), (proc.returncode, stderr)
+    assert "flight recorder dumped" in stderr and "SIGTERM" in stderr, stderr
+    assert "waiting in iris.wait_until" in stderr, stderr
+    report = fmt.HangReport.from_directory(str(tmp_path), session)
+    assert report.ranks[0].pending and int(report.ranks[0].pending[0]["value"]) == 1
+
+
+def test_hang_report_cli(tmp_path, capsys):
+    # A rank file written by hand: rank 0 waits on a flag that rank 1 signalled once.
+    session = "c0ffee"
+    for rank in range(2):
+        words = [0] * ((fmt.RING_OFFSET + 8 * 64) // 8)
+        header = {fmt.H_MAGIC: fmt.MAGIC, fmt.H_VERSION: fmt.VERSION, fmt.H_RANK: rank, fmt.H_WORLD: 2}
+        header.update({fmt.H_PID: 2**22 + 12345, fmt.H_REGIONS: 1, fmt.H_ENTRIES: 8})
+        for word, value in header.items():
+            words[word] = value
+        ring = fmt.RING_OFFSET // 8
+        if rank == 0:  # a wait that began on flag 0x100 for >= 2
+            words[ring : ring + 8] = [1, 17 | (3 << 8) | (0xFFFF << 32), 1 << 32, 0x100, 2, 10, 0, 0]
+        else:  # signal add 1 to rank 0's 0x100
+            words[ring : ring + 8] = [1, 15 | (1 << 8) | (1 << 16), 0, 0x100, 1, 5, 0, 0]
+        meta = f'{{"session": "{session}"}}'.encode()
+        data = bytearray(b"".join(w.to_bytes(8, "little", signed=True) for w in words))
+        data[fmt.META_OFFSET : fmt.META_OFFSET + len(meta)] = meta
+        data[fmt.H_META_BYTES * 8 : fmt.H_META_BYTES * 8 + 8] = len(meta).to_bytes(8, "little")
+        (tmp_path / f"iris-hang-{session}-rank{rank}.bin").write_bytes(bytes(data))
+    assert iris_trace_main(["hang-report", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "waiting in iris.wait_until" in out and "flag >= 2 at heap offset 0x100" in out, out
+    assert "signal add 1 -> rank 0 @0x100" in out and "released by: rank 1" in out, out
+    assert "likely culprit: rank 1" in out, out

@@ -41,12 +41,19 @@ def test_examples_are_numbered_as_documented():
         "05_atomic_xchg.py",
         "06_message_passing.py",
         "07_tracing.py",
+        "08_collectives.py",
+        "09_gemm_all_scatter_bulk_synchronous.py",
+        "10_gemm_all_scatter_fused_sequential.py",
+        "11_gemm_all_scatter_workgroup_specialized.py",
+        "12_gemm_all_scatter_producer_consumer.py",
+        "13_traced_gemm_all_scatter.py",
     ]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_example_verifies_itself_on_two_ranks(name, tmp_path):
-    result = run_example(name, 2, *([str(tmp_path)] if name == "07_tracing.py" else []))
+    writes_traces = name in ("07_tracing.py", "13_traced_gemm_all_scatter.py")
+    result = run_example(name, 2, *([str(tmp_path)] if writes_traces else []))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert result.stdout.count(" OK") >= 1
 

@@ -1,0 +1,124 @@
+"""Tile sizes, communication programs and the fused-or-not rule of ``ctx.ops``.
+
+Example:
+    >>> from iris.ops import FusedConfig
+    >>> ctx.ops.matmul_all_reduce(out, a, b, config=FusedConfig(block_n=128, comm_sms=16))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+#: Styles of GEMM + all-scatter (``matmul_all_gather``); "fused" means workgroup_specialized.
+SCATTER_VARIANTS = (
+    "bulk_synchronous",
+    "fused_sequential",
+    "workgroup_specialized",
+    "producer_consumer",
+)
+VARIANTS = ("auto", "fused", "unfused", *SCATTER_VARIANTS)
+
+#: ``auto`` fuses on GPUs only when the output has at least this many 128 x 128 tiles
+#: per SM: below that the GEMM cannot give SMs to communication without adding a wave,
+#: and cuBLAS plus a collective wins. Tune from benchmarks/fused_ops.py.
+MIN_TILES_PER_SM = 1.0
+#: ... and at least this much reduction depth (shallower GEMMs are bandwidth-bound).
+MIN_K = 1024
+
+
+@dataclass(frozen=True)
+class FusedConfig:
+    """How a fused op runs; every field has a per-shape default (:func:`default_config`).
+
+    Args:
+        block_m, block_n, block_k: GEMM tile (bf16/fp16 in, fp32 accumulate).
+        group_m: row band of the tile order (L2 reuse).
+        num_warps, num_stages: Triton launch settings of the fused kernel.
+        comm_sms: programs (one per SM) that communicate in workgroup-specialised kernels.
+        comm_rows: rows per copy step of a communication program (bounds its registers).
+        variant: ``"auto"`` (fused or unfused by :func:`choose_variant`), ``"fused"``,
+            ``"unfused"`` (cuBLAS + a collective), or for ``matmul_all_gather`` one of
+            ``bulk_synchronous``, ``fused_sequential``, ``workgroup_specialized``,
+            ``producer_consumer``.
+
+    Example:
+        >>> cfg = FusedConfig(block_m=128, block_n=128, comm_sms=24, variant="fused")
+    """
+
+    block_m: int = 128
+    block_n: int = 256
+    block_k: int = 64
+    group_m: int = 8
+    num_warps: int = 8
+    num_stages: int = 3
+    comm_sms: int = 16
+    comm_rows: int = 32
+    variant: str = "auto"
+
+    def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise ValueError(f"iris.ops: variant must be one of {VARIANTS}, got {self.variant!r}")
+        for name in ("block_m", "block_n", "block_k", "comm_rows"):
+            value = getattr(self, name)
+            if value < 16 or value & (value - 1):
+                raise ValueError(f"iris.ops: {name} must be a power of two >= 16, got {value}")
+        if self.comm_rows > self.block_m:
+            raise ValueError(
+                f"iris.ops: comm_rows ({self.comm_rows}) must not exceed block_m ({self.block_m})"
+            )
+        if self.comm_sms < 1:
+            raise ValueError(f"iris.ops: comm_sms must be at least 1, got {self.comm_sms}")
+
+    def replace(self, **changes) -> FusedConfig:
+        """A copy with ``changes`` applied.
+
+        Example:
+            >>> cfg.replace(variant="unfused")
+        """
+        return dataclasses.replace(self, **changes)
+
+
+def default_config(backend: str, rows: int, cols: int, k: int, world_size: int, num_sms: int) -> FusedConfig:
+    """Defaults for a ``rows x cols`` per-rank output with reduction depth ``k``.
+
+    Under emulation: tiny tiles (the interpreter runs each program in Python). On
+    GPUs: 128 x 256 x 64 tiles when there are at least two waves of them, else
+    128 x 128 (fewer idle SMs in the last wave).
+
+    Example:
+        >>> default_config("cuda", 8192, 2048, 8192, 4, 132).block_n
+        256
+    """
+    if backend == "emulated":
+        return FusedConfig(
+            block_m=32, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=1, comm_sms=2, comm_rows=16
+        )
+    comm_sms = 16 if world_size <= 2 else 24
+    wide_tiles = -(-rows // 128) * -(-cols // 256)
+    if wide_tiles >= 2 * (num_sms - comm_sms):
+        return FusedConfig(block_n=256, num_stages=3, comm_sms=comm_sms)
+    return FusedConfig(block_n=128, num_stages=4, comm_sms=comm_sms)
+
+
+def choose_variant(
+    config: FusedConfig, backend: str, rows: int, cols: int, k: int, world_size: int, num_sms: int
+):
+    """``"fused"`` or ``"unfused"`` (or the explicit variant in ``config``).
+
+    ``auto`` under emulation always fuses (so the fused kernels are what CI checks).
+    On GPUs it fuses when there is communication to hide (more than one rank) and
+    enough work to hide it behind (see :data:`MIN_TILES_PER_SM`, :data:`MIN_K`).
+
+    Example:
+        >>> choose_variant(FusedConfig(), "cuda", 1024, 1024, 4096, 4, 132)
+        'unfused'
+    """
+    if config.variant != "auto":
+        return config.variant
+    if backend == "emulated":
+        return "fused"
+    tiles = -(-rows // 128) * -(-cols // 128)
+    if world_size > 1 and k >= MIN_K and tiles >= MIN_TILES_PER_SM * num_sms:
+        return "fused"
+    return "unfused"

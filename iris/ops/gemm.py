@@ -1,0 +1,215 @@
+"""The tile GEMM every fused op is built from, plus a plain persistent GEMM kernel.
+
+``tile_gemm`` computes one ``BLOCK_M x BLOCK_N`` tile of ``A @ B`` in fp32 from
+any strides; rows and columns past the matrix edge are clamped on load (they
+read valid memory and are masked when stored), so shapes need not divide the
+tile sizes. ``tile_coords`` maps a linear tile index to ``(pid_m, pid_n)`` in
+GROUP_M-row bands so that consecutive tiles of a persistent program share
+panels of A and B in L2.
+
+Example:
+    >>> @triton.jit
+    >>> def kernel(a, b, c, M, N, K, ...):
+    >>>     pid_m, pid_n = tile_coords(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N, BN), GROUP_M)
+    >>>     acc = tile_gemm(a, b, pid_m, pid_n, M, N, K, sam, sak, sbk, sbn, BM, BN, BK, EVEN_K)
+"""
+
+import triton
+import triton.language as tl
+
+from ..config import BACKEND
+from ..device import tracing
+
+# The Triton 3.6 interpreter multiplies bf16 tiles as raw bits in tl.dot, so under
+# emulation the operands are widened to fp32 first (exact: bf16 and fp16 fit in fp32).
+_WIDEN_DOT: tl.constexpr = tl.constexpr(BACKEND == "emulated")
+
+#: Compute scope ids the ops record (named on the host by ``iris.ops.Ops``); user code
+#: tends to use the low scope numbers, so the ops keep clear of them.
+SCOPE_GEMM: tl.constexpr = tl.constexpr(8)
+SCOPE_REDUCE: tl.constexpr = tl.constexpr(9)
+
+
+@triton.jit
+def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """``(pid_m, pid_n)`` of linear tile ``tile_id``, walking GROUP_M-row bands column by column.
+
+    Example:
+        >>> pid_m, pid_n = tile_coords(t, tl.cdiv(M, 128), tl.cdiv(N, 256), 8)
+    """
+    width = GROUP_M * num_pid_n
+    group = tile_id // width
+    first_m = group * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile_id % width) % group_rows
+    pid_n = (tile_id % width) // group_rows
+    return pid_m, pid_n
+
+
+@triton.jit
+def tile_gemm(
+    a,
+    b,
+    pid_m,
+    pid_n,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
+    """fp32 accumulator of tile ``(pid_m, pid_n)`` of ``A (M x K) @ B (K x N)``.
+
+    Example:
+        >>> acc = tile_gemm(a, b, pid_m, pid_n, M, N, K, K, 1, N, 1, 128, 256, 64, True)
+        >>> tl.store(c + offsets, acc.to(tl.bfloat16), mask=mask)
+    """
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # Wrapping out-of-range rows and columns onto real ones keeps the K loop free of
+    # M/N masks (the store masks them); Triton still sees the contiguity of rn % N
+    # whenever N is a multiple of 16, so B loads stay 16-byte vectors.
+    ram = rm % M
+    rbn = rn % N
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a + ram[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b + rk[:, None] * stride_bk + rbn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            tile_a = tl.load(a_ptrs)
+            tile_b = tl.load(b_ptrs)
+        else:
+            k_left = K - k * BLOCK_K
+            tile_a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
+            tile_b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+        if _WIDEN_DOT:
+            tile_a = tile_a.to(tl.float32)
+            tile_b = tile_b.to(tl.float32)
+        acc = tl.dot(tile_a, tile_b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc
+
+
+@triton.jit
+def traced_tile_gemm(
+    a,
+    b,
+    pid_m,
+    pid_n,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    heap_bases,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
+    """:func:`tile_gemm` recorded as a ``gemm tile`` compute scope when tracing is on.
+
+    Example:
+        >>> acc = traced_tile_gemm(a, b, pid_m, pid_n, M, N, K, sam, sak, sbk, sbn, heap_bases,
+        ...                        128, 256, 64, True)
+    """
+    started = tracing.trace_begin(heap_bases)
+    acc = tile_gemm(
+        a,
+        b,
+        pid_m,
+        pid_n,
+        M,
+        N,
+        K,
+        stride_am,
+        stride_ak,
+        stride_bk,
+        stride_bn,
+        BLOCK_M,
+        BLOCK_N,
+        BLOCK_K,
+        EVEN_K,
+    )
+    tracing.trace_end(heap_bases, started, SCOPE_GEMM, pid_m, pid_n)
+    return acc
+
+
+@triton.jit
+def tile_offsets(pid_m, pid_n, rows, cols, stride_m, stride_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Element offsets and in-bounds mask of tile ``(pid_m, pid_n)`` in a ``rows x cols`` matrix.
+
+    Example:
+        >>> offsets, mask = tile_offsets(pid_m, pid_n, M, N, N, 1, 128, 256)
+        >>> tl.store(c + offsets, tile, mask=mask)
+    """
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offsets = rm[:, None] * stride_m + rn[None, :] * stride_n
+    mask = (rm[:, None] < rows) & (rn[None, :] < cols)
+    return offsets, mask
+
+
+@triton.jit
+def matmul_kernel(
+    a,
+    b,
+    c,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    heap_bases,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
+    """Persistent ``C = A @ B``: program ``p`` of ``P`` computes tiles ``p, p + P, ...``.
+
+    ``heap_bases`` only switches tracing on (compute scopes); ``c`` may be any tensor.
+
+    Example:
+        >>> matmul_kernel[(num_sms,)](a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(),
+        ...                           ctx.get_heap_bases(), 128, 256, 64, 8, K % 64 == 0)
+    """
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    for tile_id in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        acc = traced_tile_gemm(
+            a,
+            b,
+            pid_m,
+            pid_n,
+            M,
+            N,
+            K,
+            stride_am,
+            stride_ak,
+            stride_bk,
+            stride_bn,
+            heap_bases,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_K,
+            EVEN_K,
+        )
+        offsets, mask = tile_offsets(pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+        tl.store(c + offsets, acc.to(c.dtype.element_ty), mask=mask)

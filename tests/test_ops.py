@@ -1,0 +1,260 @@
+"""ctx.ops: every fused op and overlap style against torch.matmul + torch.distributed on the same inputs.
+
+Shapes are small and divide none of the tile sizes (the emulated default tiles are
+32 x 32 x 32; K = 40 leaves a partial K step); each op is called twice with new data,
+so per-tile flags are reused without any host reset in between (styles without flags
+run once, to keep the interpreter's time down).
+"""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import iris
+from iris.ops import FusedConfig, choose_variant
+
+M, N, K = 40, 48, 40
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _inputs(ctx, rank, shape_a, shape_b, dtype, call):
+    generator = torch.Generator().manual_seed(1000 * call + rank)
+    a = ctx.randn(*shape_a, dtype=dtype, generator=generator)
+    b = ctx.randn(*shape_b, dtype=dtype, generator=generator)
+    return a, b
+
+
+def _relative_error(got, expected):
+    return ((got.float().cpu() - expected).norm() / expected.norm()).item()
+
+
+def _calls(variant):
+    return 2 if variant in ("fused", "workgroup_specialized", "producer_consumer") else 1
+
+
+def _config(variant):
+    return FusedConfig(
+        block_m=32, block_n=32, block_k=32, group_m=2, num_stages=1, comm_sms=2, comm_rows=16, variant=variant
+    )
+
+
+def _matmul_all_gather_body(rank, world_size, variant, dim, dtype_name):
+    dtype = DTYPES[dtype_name]
+    with iris.iris(1 << 24) as ctx:
+        shape = (world_size * M, N) if dim == 0 else (M, world_size * N)
+        out = ctx.full(shape, float("nan"), dtype=dtype)
+        errors = []
+        for call in range(_calls(variant)):
+            a, b = _inputs(ctx, rank, (M, K), (K, N), dtype, call)
+            ctx.ops.matmul_all_gather(out, a, b, dim=dim, config=_config(variant))
+            ctx.barrier()
+            local = a.float().cpu() @ b.float().cpu()
+            parts = torch.empty(world_size * M, N)
+            dist.all_gather_into_tensor(parts, local)
+            expected = parts if dim == 0 else torch.cat(parts.split(M), dim=1)
+            errors.append(_relative_error(out, expected))
+            ctx.barrier()
+        return errors
+
+
+@pytest.mark.parametrize(
+    "variant,dim,dtype",
+    [
+        ("workgroup_specialized", 1, "bf16"),
+        ("workgroup_specialized", 0, "fp16"),
+        ("producer_consumer", 1, "bf16"),
+        ("fused_sequential", 1, "fp16"),
+        ("bulk_synchronous", 0, "bf16"),
+        ("unfused", 1, "bf16"),
+    ],
+)
+def test_matmul_all_gather_matches_torch(multi_world, variant, dim, dtype):
+    for errors in multi_world.run(_matmul_all_gather_body, variant, dim, dtype):
+        assert max(errors) < 1e-2, errors
+
+
+def _all_gather_matmul_body(rank, world_size, variant, dtype_name):
+    dtype = DTYPES[dtype_name]
+    with iris.iris(1 << 24) as ctx:
+        out = ctx.full((world_size * M, N), float("nan"), dtype=dtype)
+        errors = []
+        for call in range(_calls(variant)):
+            a, _ = _inputs(ctx, rank, (M, K), (K, N), dtype, call)
+            _, b = _inputs(ctx, 0, (M, K), (K, N), dtype, call)  # B is the same on every rank
+            ctx.ops.all_gather_matmul(out, a, b, config=_config(variant))
+            ctx.barrier()
+            gathered = torch.empty(world_size * M, K)
+            dist.all_gather_into_tensor(gathered, a.float().cpu())
+            errors.append(_relative_error(out, gathered @ b.float().cpu()))
+            ctx.barrier()
+        return errors
+
+
+@pytest.mark.parametrize("variant,dtype", [("fused", "bf16"), ("fused", "fp16"), ("unfused", "bf16")])
+def test_all_gather_matmul_matches_torch(multi_world, variant, dtype):
+    for errors in multi_world.run(_all_gather_matmul_body, variant, dtype):
+        assert max(errors) < 1e-2, errors
+
+
+def _gemm_reduce_body(rank, world_size, op, variant, dtype_name):
+    dtype = DTYPES[dtype_name]
+    rows = world_size * M if op == "matmul_reduce_scatter" else M
+    with iris.iris(1 << 24) as ctx:
+        out = ctx.full((M, N), float("nan"), dtype=dtype)
+        errors = []
+        for call in range(_calls(variant)):
+            a, b = _inputs(ctx, rank, (rows, K), (K, N), dtype, call)
+            getattr(ctx.ops, op)(out, a, b, config=_config(variant))
+            ctx.barrier()
+            partial = a.float().cpu() @ b.float().cpu()
+            if op == "matmul_all_reduce":
+                dist.all_reduce(partial)
+                expected = partial
+            else:
+                expected = torch.empty(M, N)
+                dist.reduce_scatter_tensor(expected, partial)
+            errors.append(_relative_error(out, expected))
+            ctx.barrier()
+        return errors
+
+
+@pytest.mark.parametrize(
+    "op,variant,dtype",
+    [
+        ("matmul_all_reduce", "fused", "bf16"),
+        ("matmul_all_reduce", "fused", "fp16"),
+        ("matmul_all_reduce", "unfused", "bf16"),
+        ("matmul_reduce_scatter", "fused", "bf16"),
+        ("matmul_reduce_scatter", "fused", "fp16"),
+        ("matmul_reduce_scatter", "unfused", "fp16"),
+    ],
+)
+def test_gemm_reduce_matches_torch(multi_world, op, variant, dtype):
+    for errors in multi_world.run(_gemm_reduce_body, op, variant, dtype):
+        assert max(errors) < 1e-2, errors
+
+
+def _single_rank_body(rank, world_size):
+    with iris.iris(1 << 24) as ctx:
+        a, b = _inputs(ctx, rank, (M, K), (K, N), torch.bfloat16, 0)
+        expected = a.float() @ b.float()
+        out = ctx.empty(M, N, dtype=torch.bfloat16)
+        ctx.ops.matmul_all_gather(out, a, b, config=_config("workgroup_specialized"))
+        ctx.ops.matmul_all_reduce(out, a, b, config=_config("fused"))
+        ctx.barrier()
+        return _relative_error(out, expected)
+
+
+def test_one_rank_is_a_plain_gemm(world):
+    if world.world_size != 1:
+        pytest.skip("one-rank case")
+    assert world.run(_single_rank_body)[0] < 1e-2
+
+
+def _traced_body(rank, world_size):
+    with iris.iris(1 << 24) as ctx:
+        a, b = _inputs(ctx, rank, (M, K), (K, N), torch.bfloat16, 0)
+        out = ctx.empty(M, world_size * N, dtype=torch.bfloat16)
+        ctx.tracing.enable(max_events=1 << 14)
+        ctx.ops.matmul_all_gather(out, a, b, dim=1, config=_config("workgroup_specialized"))
+        ctx.barrier()
+        events = ctx.tracing.events()
+        ctx.tracing.disable()
+        gemm_scopes = int((events["event_id"] == 64 + 8).sum())
+        stores = int((events["event_id"] == 2).sum())
+        return gemm_scopes, stores, ctx.tracing.dropped()
+
+
+def test_traced_workgroup_specialized_records_tiles_and_pushes(multi_world):
+    tiles = 2 * 2  # 40 x 48 in 32 x 32 tiles
+    for gemm_scopes, stores, dropped in multi_world.run(_traced_body):
+        assert gemm_scopes == tiles and dropped == 0
+        # every tile goes to every peer, 16 rows at a time (two row chunks per 32-row tile)
+        assert stores == tiles * 2 * (multi_world.world_size - 1)
+
+
+def _errors_body(rank, world_size):
+    messages = []
+    with iris.iris(1 << 24) as ctx:
+        a, b = _inputs(ctx, rank, (M, K), (K, N), torch.bfloat16, 0)
+        attempts = [
+            lambda: ctx.ops.matmul_all_gather(torch.empty(M, N), a, b),  # not on the heap, wrong shape
+            lambda: ctx.ops.matmul_all_reduce(ctx.empty(M, N, dtype=torch.bfloat16), a, b.t()),
+            lambda: ctx.ops.matmul_all_reduce(torch.empty(M, N, dtype=torch.bfloat16), a, b),
+            lambda: ctx.ops.matmul_reduce_scatter(ctx.empty(M, N), ctx.randn(world_size * M + 1, K), b),
+        ]
+        for attempt in attempts:
+            try:
+                attempt()
+            except (ValueError, TypeError) as error:
+                messages.append(str(error))
+        ctx.barrier()
+    return messages
+
+
+def test_bad_arguments_fail_with_a_message(world):
+    messages = world.run(_errors_body)[0]
+    assert len(messages) == 4
+    assert all(m.startswith("iris.ops.") for m in messages)
+
+
+def test_auto_fuses_only_large_multi_rank_problems():
+    cfg = FusedConfig()
+    assert choose_variant(cfg, "cuda", 1024, 512, 4096, 4, 132) == "unfused"
+    assert choose_variant(cfg, "cuda", 8192, 2048, 8192, 4, 132) == "fused"
+    assert choose_variant(cfg, "cuda", 8192, 2048, 8192, 1, 132) == "unfused"
+    assert choose_variant(cfg, "emulated", 8, 8, 8, 2, 8) == "fused"
+    assert choose_variant(cfg.replace(variant="unfused"), "cuda", 8192, 8192, 8192, 4, 132) == "unfused"
+
+
+def _gpu_default_body(rank, world_size, dtype_name):
+    # Default (GPU-sized) configs on shapes that divide neither the tiles nor 16.
+    dtype = DTYPES[dtype_name]
+    m, n, k = 1000, 1500, 700
+    errors = {}
+    with iris.iris(1 << 30) as ctx:
+        a, b = _inputs(ctx, rank, (m, k), (k, n), dtype, 0)
+        local = a.float() @ b.float()
+        for variant in ("fused", "unfused", "bulk_synchronous", "fused_sequential", "producer_consumer"):
+            out = ctx.full((m, world_size * n), float("nan"), dtype=dtype)
+            ctx.ops.matmul_all_gather(out, a, b, dim=1, config=_default(ctx, m, n, k, variant))
+            ctx.barrier()
+            parts = torch.empty(world_size * m, n, device=a.device)
+            dist.all_gather_into_tensor(parts, local)
+            errors[f"all_gather/{variant}"] = _relative_error(out, torch.cat(parts.split(m), dim=1).cpu())
+        for variant in ("fused", "unfused"):
+            out = ctx.full((m, n), float("nan"), dtype=dtype)
+            ctx.ops.matmul_all_reduce(out, a, b, config=_default(ctx, m, n, k, variant))
+            ctx.barrier()
+            expected = local.clone()
+            dist.all_reduce(expected)
+            errors[f"all_reduce/{variant}"] = _relative_error(out, expected.cpu())
+            rows = (m // world_size) * world_size
+            out = ctx.full((rows // world_size, n), float("nan"), dtype=dtype)
+            ctx.ops.matmul_reduce_scatter(out, a[:rows], b, config=_default(ctx, m, n, k, variant))
+            ctx.barrier()
+            expected = torch.empty(rows // world_size, n, device=a.device)
+            dist.reduce_scatter_tensor(expected, local[:rows].contiguous())
+            errors[f"reduce_scatter/{variant}"] = _relative_error(out, expected.cpu())
+            out = ctx.full((world_size * m, n), float("nan"), dtype=dtype)
+            ctx.ops.all_gather_matmul(out, a, b[:, :n], config=_default(ctx, m, n, k, variant))
+            ctx.barrier()
+            gathered = torch.empty(world_size * m, k, device=a.device)
+            dist.all_gather_into_tensor(gathered, a.float())
+            errors[f"all_gather_matmul/{variant}"] = _relative_error(out, (gathered @ b.float()).cpu())
+    return errors
+
+
+def _default(ctx, m, n, k, variant):
+    from iris.ops import default_config
+
+    return default_config(iris.BACKEND, m, n, k, ctx.get_num_ranks(), ctx.get_cu_count()).replace(
+        variant=variant
+    )
+
+
+@pytest.mark.skipif(iris.BACKEND != "cuda", reason="GPU-sized tiles: the interpreter would take minutes")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_gpu_default_configs_match_torch(multi_world, dtype):
+    for errors in multi_world.run(_gpu_default_body, dtype):
+        assert max(errors.values()) < 1e-2, errors

@@ -13,12 +13,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from iris_trace import hang as fmt
+
 from . import config
 from .backends import make_backend
 from .ccl import CCL
 from .device.barrier import device_barrier_kernel
 from .device.context import HEADER_SLOTS, context_length
 from .distributed import init_distributed
+from .hang import Hang
 from .heap import SymmetricHeap
 from .log import DEBUG, ERROR, INFO, WARNING, log_with_rank
 from .tensors import TensorFactory, fill_random, full_dtype, normalize_size
@@ -72,6 +75,11 @@ class Iris:
         self._device_context = torch.tensor(context, dtype=torch.int64, device=self.device)
         self.heap_bases = self._device_context[HEADER_SLOTS : HEADER_SLOTS + self.num_ranks].view(
             torch.uint64
+        )
+        #: Wait timeouts, flight recorder and hang reports; see :class:`iris.hang.Hang`.
+        self.hang = Hang(self)
+        self.hang.recorder.name_region(
+            "device_barrier slot {0}, arrivals of rank {1}", self._barrier_arrivals, releaser_axis=1
         )
         #: Tracing control (``ctx.tracing.enable()``); see :class:`iris.tracing.Tracing`.
         self.tracing = Tracing(self)
@@ -539,8 +547,36 @@ class Iris:
             >>> kernel[grid](...)
             >>> ctx.barrier()   # every rank's kernel has finished
         """
-        self.backend.synchronize(self.device, stream)
-        self._comm.barrier(group)
+        recorder = self.hang.recorder
+        recorder.set_phase(fmt.PHASE_BARRIER)
+        try:
+            self.hang.guard(self.backend.synchronize, self.device, stream)
+            self._comm.barrier(group)
+        finally:
+            recorder.set_phase(fmt.PHASE_RUNNING)
+
+    def set_wait_timeout(self, seconds: float) -> None:
+        """Make this rank's device waits give up after ``seconds`` (0: never); no recompilation.
+
+        Applies to every ``wait_until`` given ``heap_bases`` (the device barrier, the
+        collectives, ``DeviceContext``) in kernels launched afterwards. On expiry the kernel
+        stops and the host raises :class:`iris.WaitTimeoutError` naming rank, SM, program,
+        op, flag, expected and last seen value, and the rank that likely caused it.
+        Default: ``IRIS_WAIT_TIMEOUT``, or 60 s with ``IRIS_DEBUG=1`` or under emulation.
+
+        Example:
+            >>> ctx.set_wait_timeout(10)
+        """
+        self.hang.set_timeout(seconds)
+
+    def get_wait_timeout(self) -> float:
+        """The wait timeout of this rank in seconds (0: none).
+
+        Example:
+            >>> ctx.get_wait_timeout()
+            0.0
+        """
+        return self.hang.timeout
 
     def device_barrier(self, group=None) -> None:
         """Barrier executed by a kernel on the current stream: no host sync, CUDA-graph capturable.
@@ -612,6 +648,7 @@ class Iris:
         if self.heap._closed:
             return
         self.barrier()
+        self.hang.close()
         self.heap.close()
 
     def __enter__(self) -> Iris:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole GPU pass in one command: test suite (examples included), put/get and tracing benchmarks.
+# The whole GPU pass in one command: test suite (examples included), put/get, tracing and fused-ops benchmarks.
 #   bash scripts/gpu_check.sh        results land in $OUT (device tool) or ./out
 #   SKIP_TESTS=1 / SKIP_BENCH=1      to leave a part out
 #   TESTS="tests/test_ccl.py"          to run some test files only
@@ -14,6 +14,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 out=${OUT:-out}; mkdir -p "$out"
 gpus=$(nvidia-smi -L | wc -l)
 sizes=1,2; [ "$gpus" -ge 4 ] && sizes=1,2,4
+sizes=${IRIS_TEST_WORLD_SIZES:-$sizes}
 nvidia-smi -L
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
@@ -21,7 +22,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     --timeout=300 -rfE 2>&1 | tee "$out/pytest_cuda_${gpus}gpu.log" | grep -v Warning | tail -25
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  for bench in ${BENCHES:-put_get_bandwidth tracing_overhead}; do
+  for bench in ${BENCHES:-put_get_bandwidth tracing_overhead fused_ops}; do
     timeout "${BENCH_TIMEOUT:-300}" python -m iris.run -n "$gpus" "benchmarks/$bench.py" \
       --out "$out/${bench}_h200x${gpus}.json" 2>&1 | grep -v -e Warning -e "^\[rank" | tee "$out/${bench}_h200x${gpus}.log"
   done

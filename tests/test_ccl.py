@@ -282,7 +282,7 @@ def _traced_body(rank, world_size):
         ctx.ccl.all_reduce(out, inp, config=Config(block_size=64, all_reduce_variant="two_shot"))
         events = ctx.tracing.events()
         ctx.tracing.disable()
-        return sorted(set(events["event"].tolist()))
+        return sorted(set(events["event_id"].tolist()))
 
 
 def test_collectives_are_traced(multi_world):

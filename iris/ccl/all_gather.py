@@ -12,10 +12,11 @@ import triton
 import triton.language as tl
 
 from . import device as ccl
+from .device import RANK_ARGS
 from .runtime import COPYABLE_DTYPES, check_disjoint, check_tensor, describe_tensor, tensor_key
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RANK_ARGS)
 def all_gather_kernel(
     out,
     inp,

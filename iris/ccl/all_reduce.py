@@ -26,6 +26,7 @@ import triton.language as tl
 from ..device import rma
 from . import device as ccl
 from .config import ReduceOp
+from .device import RANK_ARGS
 from .runtime import (
     REDUCIBLE_DTYPES,
     check_disjoint,
@@ -35,7 +36,7 @@ from .runtime import (
 )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RANK_ARGS)
 def one_shot_kernel(
     out,
     inp,
@@ -65,7 +66,7 @@ def one_shot_kernel(
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RANK_ARGS)
 def two_shot_kernel(
     out,
     inp,
@@ -98,7 +99,7 @@ def two_shot_kernel(
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RANK_ARGS)
 def ring_kernel(
     out,
     inp,
@@ -122,6 +123,7 @@ def ring_kernel(
     programs = tl.num_programs(0)
     steps = ccl.flag_row(flags, ccl.STEPS, pid, max_programs, world_size)
     base = tl.load(steps + cur_rank, volatile=True)
+    tl.debug_barrier()  # all warps hold ``base`` before the first step overwrites it
     prev = tl.load(ranks + (my_index + GROUP - 1) % GROUP)
     nxt = tl.load(ranks + (my_index + 1) % GROUP)
     chunk_tiles = tl.cdiv(tl.cdiv(n, GROUP), BLOCK)
@@ -151,7 +153,7 @@ def ring_kernel(
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RANK_ARGS)
 def atomic_kernel(
     out,
     inp,

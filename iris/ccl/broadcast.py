@@ -11,10 +11,11 @@ import triton.language as tl
 
 from ..device import rma
 from . import device as ccl
+from .device import RANK_ARGS
 from .runtime import COPYABLE_DTYPES, check_tensor, describe_tensor, tensor_key
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RANK_ARGS)
 def broadcast_kernel(
     tensor,
     n,

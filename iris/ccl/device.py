@@ -24,7 +24,7 @@ Example (a user kernel that all-gathers one tile per program)::
         pid = tl.program_id(0)
         ready = flags + pid * world_size
         epoch = ccl.arrive(ready, cur_rank, ranks, GROUP, heap_bases)
-        ccl.wait_arrivals(ready, epoch, ranks, GROUP, heap_bases)
+        ccl.wait_arrivals(ready, epoch, cur_rank, ranks, GROUP, heap_bases)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         values = tl.load(inp + offs, mask=offs < n)
         ccl.push_tile(out + my_index * n + offs, values, cur_rank, ranks, my_index, GROUP,
@@ -36,6 +36,10 @@ import triton
 import triton.language as tl
 
 from ..device import rma
+
+#: Kernel arguments that differ between ranks. Not specialising them (Triton would
+#: turn a 1 into a constant) gives every rank the same compiled kernel.
+RANK_ARGS = ["my_index", "cur_rank"]
 
 #: A group's flag rows (``flag_row``'s ``phase``): ready, done, the ring's step counters.
 READY: tl.constexpr = tl.constexpr(0)
@@ -56,6 +60,9 @@ def arrive(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
     # Only this rank ever writes its own slot on its own heap, so a plain
     # read-increment-write is enough there; peers get a release add.
     epoch = tl.load(row + cur_rank, volatile=True) + 1
+    # Every warp reads the old count before one thread writes the new one; a warp
+    # reading late would otherwise wait for an epoch that never comes.
+    tl.debug_barrier()
     tl.store(row + cur_rank, epoch)
     for i in tl.static_range(GROUP):
         peer = tl.load(ranks + i)
@@ -65,15 +72,18 @@ def arrive(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
 
 
 @triton.jit
-def wait_arrivals(row, epoch, ranks, GROUP: tl.constexpr, heap_bases):
+def wait_arrivals(row, epoch, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
     """Wait until every member has arrived ``epoch`` times at its slot of ``row`` on this rank.
 
     Example:
-        >>> ccl.wait_arrivals(flags + pid * world_size, epoch, ranks, GROUP, heap_bases)
+        >>> ccl.wait_arrivals(flags + pid * world_size, epoch, cur_rank, ranks, GROUP, heap_bases)
     """
     for i in tl.static_range(GROUP):
         peer = tl.load(ranks + i)
-        rma.wait_until(row + peer, "ge", epoch, heap_bases=heap_bases)
+        # Never spin on our own slot: its plain store may legally sink below the
+        # spin loop, and it is already known to hold ``epoch``.
+        if peer != cur_rank:
+            rma.wait_until(row + peer, "ge", epoch, heap_bases=heap_bases)
 
 
 @triton.jit
@@ -84,7 +94,7 @@ def sync_row(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
         >>> epoch = ccl.sync_row(ready_row, cur_rank, ranks, GROUP, heap_bases)
     """
     epoch = arrive(row, cur_rank, ranks, GROUP, heap_bases)
-    wait_arrivals(row, epoch, ranks, GROUP, heap_bases)
+    wait_arrivals(row, epoch, cur_rank, ranks, GROUP, heap_bases)
     return epoch
 
 

@@ -13,10 +13,11 @@ import triton.language as tl
 
 from . import device as ccl
 from .config import ReduceOp
+from .device import RANK_ARGS
 from .runtime import REDUCIBLE_DTYPES, check_disjoint, check_tensor, describe_tensor, tensor_key
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RANK_ARGS)
 def reduce_scatter_kernel(
     out,
     inp,

@@ -23,6 +23,8 @@ _pools: dict[tuple, RankPool] = {}
 
 def get_pool(world_size: int, **extra_env: str) -> RankPool:
     """A live pool of ``world_size`` ranks with ``extra_env`` set, started on first use."""
+    # A loaded 2-core CI machine runs 4 interpreted ranks; a slow peer is not a hang.
+    extra_env = {"IRIS_EMU_WAIT_TIMEOUT": "150", **extra_env}
     key = (world_size, tuple(sorted(extra_env.items())))
     pool = _pools.get(key)
     if pool is None or not pool.alive:

@@ -22,7 +22,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     --timeout=300 -rfE 2>&1 | tee "$out/pytest_cuda_${gpus}gpu.log" | grep -v Warning | tail -25
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  for bench in ${BENCHES:-put_get_bandwidth tracing_overhead fused_ops}; do
+  for bench in ${BENCHES:-put_get_bandwidth tracing_overhead collectives fused_ops}; do
     timeout "${BENCH_TIMEOUT:-300}" python -m iris.run -n "$gpus" "benchmarks/$bench.py" \
       --out "$out/${bench}_h200x${gpus}.json" 2>&1 | grep -v -e Warning -e "^\[rank" | tee "$out/${bench}_h200x${gpus}.log"
   done

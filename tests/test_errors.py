@@ -1,11 +1,10 @@
 """Bad input gets a clear Python error on every rank, never a hang or a crash."""
 
-import os
-
 import pytest
 import torch
 import triton
 import triton.language as tl
+from conftest import WORLD_SIZES, get_pool
 from harness import RankError
 
 import iris
@@ -88,7 +87,6 @@ def wait_forever_kernel(flag):
 
 
 def _wait_timeout_body(rank, world_size):
-    os.environ["IRIS_EMU_WAIT_TIMEOUT"] = "1"
     with iris.iris(1 << 20) as ctx:
         flag = ctx.zeros(1, dtype=torch.int32)
         with pytest.raises(Exception, match="iris.wait_until waited 1 s") as info:
@@ -97,8 +95,10 @@ def _wait_timeout_body(rank, world_size):
 
 
 @pytest.mark.skipif(iris.BACKEND != "emulated", reason="GPU spin-waits have no timeout in the core issue")
-def test_emulated_wait_without_signal_fails_with_a_clear_error(world):
-    world.run(_wait_timeout_body)
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_emulated_wait_without_signal_fails_with_a_clear_error(world_size):
+    # Its own pool: the one-second timeout must not reach other tests' ranks.
+    get_pool(world_size, IRIS_EMU_WAIT_TIMEOUT="1").run(_wait_timeout_body)
 
 
 @triton.jit

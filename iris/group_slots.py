@@ -15,14 +15,17 @@ class GroupSlots:
     which is reported as an error rather than left to deadlock.
 
     Example:
-        >>> slots = GroupSlots(64, world_size=4)
+        >>> slots = GroupSlots(64, world_size=4, what="collective")
         >>> slots.slot((0, 1, 2, 3)), slots.slot((0, 2))
         (0, 23)
     """
 
-    def __init__(self, num_slots: int, world_size: int, what: str):
+    def __init__(
+        self, num_slots: int, world_size: int, what: str, advice: str = "use a different group layout"
+    ):
         self.num_slots = num_slots
         self.what = what
+        self.advice = advice
         self._slots: dict[tuple[int, ...], int] = {tuple(range(world_size)): 0}
 
     def slot(self, members: tuple[int, ...]) -> int:
@@ -34,7 +37,7 @@ class GroupSlots:
             if taken == slot and set(other) & set(members):
                 raise RuntimeError(
                     f"iris: {self.what} groups {list(other)} and {list(members)} share slot {slot}; "
-                    "use a different group layout"
+                    f"{self.advice}"
                 )
         self._slots[members] = slot
         return slot

@@ -7,8 +7,6 @@ functional device API, ``get_device_context()`` for :class:`DeviceContext`).
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -21,6 +19,7 @@ from .ccl import CCL
 from .device.barrier import device_barrier_kernel
 from .device.context import HEADER_SLOTS, context_length
 from .distributed import init_distributed
+from .group_slots import GroupSlots
 from .hang import Hang
 from .heap import SymmetricHeap
 from .log import DEBUG, ERROR, INFO, WARNING, log_with_rank
@@ -65,7 +64,9 @@ class Iris:
         self._barrier_arrivals = self._tensors.filled(
             (BARRIER_SLOTS, self.num_ranks), torch.int64, lambda t: t.zero_()
         )
-        self._barrier_slots: dict[tuple[int, ...], int] = {tuple(range(self.num_ranks)): 0}
+        self._barrier_slots = GroupSlots(
+            BARRIER_SLOTS, self.num_ranks, "device_barrier", "use a different group layout or a host barrier"
+        )
         self._barrier_members: dict[tuple[int, ...], torch.Tensor] = {}
         #: Device-side collectives (``ctx.ccl.all_reduce(out, inp)``); see :mod:`iris.ccl`.
         self.ccl = CCL(self)
@@ -592,7 +593,7 @@ class Iris:
         members = self._group_members(group)
         if members not in self._barrier_members:
             self._barrier_members[members] = torch.tensor(members, dtype=torch.int32, device=self.device)
-        slot = self._barrier_slot(members)
+        slot = self._barrier_slots.slot(members)
         device_barrier_kernel[(1,)](
             self._barrier_arrivals[slot],
             self.get_heap_bases(),
@@ -608,21 +609,6 @@ class Iris:
         if self.cur_rank not in members:
             raise ValueError(f"iris: rank {self.cur_rank} is not a member of the group {list(members)}")
         return members
-
-    def _barrier_slot(self, members: tuple[int, ...]) -> int:
-        if members in self._barrier_slots:
-            return self._barrier_slots[members]
-        # Every member must pick the same slot without talking to the others, so the
-        # slot is a function of the member set alone.
-        slot = 1 + zlib.crc32(np.asarray(members, dtype=np.int64).tobytes()) % (BARRIER_SLOTS - 1)
-        for other, taken in self._barrier_slots.items():
-            if taken == slot and set(other) & set(members):
-                raise RuntimeError(
-                    f"iris: device_barrier groups {list(other)} and {list(members)} share barrier slot "
-                    f"{slot}; use a different group layout or a host barrier"
-                )
-        self._barrier_slots[members] = slot
-        return slot
 
     def broadcast(self, value, src: int = 0):
         """``value`` from rank ``src`` on every rank, like :func:`torch.distributed.broadcast`.

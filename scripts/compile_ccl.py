@@ -19,7 +19,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 import iris
-from iris.ccl import all_gather, all_reduce, all_to_all, broadcast, reduce_scatter
+from iris.ccl import all_gather, all_reduce, all_to_all, broadcast
 
 GROUP_ARGS = {
     "flags": "*i32",
@@ -39,7 +39,6 @@ def kernels(dtype: str):
     reduce = {"GROUP": 4, "BLOCK": 4096, "OP": "sum"}
     for variant, kernel in all_reduce.KERNELS.items():
         yield f"all_reduce_{variant}", kernel, flat, reduce
-    yield "reduce_scatter", reduce_scatter.reduce_scatter_kernel, flat, reduce
     yield "all_gather", all_gather.all_gather_kernel, flat, {"GROUP": 4, "BLOCK": 4096}
     a2a = {
         "out": f"*{dtype}",

@@ -3,49 +3,18 @@
 ``inp`` holds ``group_size`` blocks of ``out.numel()`` elements, as in
 :func:`torch.distributed.reduce_scatter_tensor`. Each rank pulls its own block
 from every input (remote loads), so inputs must be on the heap and the output
-may live anywhere.
+may live anywhere. That is the one-shot all-reduce run on this rank's block:
+a pointer to block ``i`` on rank ``i`` reaches block ``i`` of every peer, because
+heap translation keeps the offset.
 """
 
 from __future__ import annotations
 
 import triton
-import triton.language as tl
 
-from . import device as ccl
+from .all_reduce import one_shot_kernel
 from .config import ReduceOp
-from .device import RANK_ARGS
 from .runtime import REDUCIBLE_DTYPES, check_disjoint, check_tensor, describe_tensor, tensor_key
-
-
-@triton.jit(do_not_specialize=RANK_ARGS)
-def reduce_scatter_kernel(
-    out,
-    inp,
-    n,
-    flags,
-    ranks,
-    my_index,
-    cur_rank,
-    world_size,
-    max_programs,
-    heap_bases,
-    GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    OP: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
-    src = inp + my_index.to(tl.int64) * n
-    for tile in range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
-        offsets = tile * BLOCK + tl.arange(0, BLOCK)
-        mask = offsets < n
-        total = ccl.reduce_tile(src + offsets, cur_rank, ranks, my_index, GROUP, heap_bases, mask, OP)
-        tl.store(out + offsets, total.to(out.dtype.element_ty), mask=mask)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
 
 
 def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> None:
@@ -72,8 +41,10 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> None:
         runtime.agree(state, signature, errors, "reduce_scatter")
         block = config.block_for(out.element_size())
         grid = (runtime.programs(triton.cdiv(out.numel(), block), config),)
-        args = (out, inp, out.numel(), *runtime.group_args(state), block, op.value)
-        return reduce_scatter_kernel, grid, args, config.num_warps
+        n = out.numel()
+        my_block = inp.reshape(-1)[state.my_index * n : (state.my_index + 1) * n]
+        args = (out, my_block, n, *runtime.group_args(state), block, op.value)
+        return one_shot_kernel, grid, args, config.num_warps
 
     runtime.prepare(key, prepare)
     runtime.launch(key)

@@ -183,7 +183,7 @@ def check_tensor(errors: list[str], ctx, tensor, name: str, dtypes, on_heap: boo
         errors.append(
             f"{name} is not on the symmetric heap (allocate it with ctx.empty/zeros/...: peers must reach it)"
         )
-    elif tensor.device != ctx.device and not (tensor.device.type == "cpu" and ctx.device.type == "cpu"):
+    elif tensor.device != ctx.device:
         errors.append(f"{name} is on {tensor.device}, this rank's device is {ctx.device}")
     return len(errors) == before
 

@@ -240,6 +240,9 @@ class Ops:
         flags = self._buffers.get((name, torch.int32))
         if flags is None or flags.numel() < count:
             flags = self._buffers[(name, torch.int32)] = self._ctx.zeros(max(count, 64), dtype=torch.int32)
+            # Peers signal into these flags: none may do so before every rank's zeros
+            # have landed, or a faster rank's signal is wiped and both sides wait forever.
+            self._ctx.barrier()
         return flags
 
     def _bump(self):

@@ -6,8 +6,7 @@
 ``IRIS_WAIT_TIMEOUT``  seconds any spin-wait may last before it fails (0: never). Default: 60 with
                    ``IRIS_DEBUG=1`` or under emulation (``IRIS_EMU_WAIT_TIMEOUT``), else off on GPUs.
 ``IRIS_HOST_TIMEOUT``  seconds a host barrier or collective waits for a missing rank (default 300).
-``IRIS_FLIGHT``    ``1`` compiles the flight recorder into every kernel, ``0`` leaves it out.
-                   Default: on under emulation and with ``IRIS_DEBUG=1``, off on GPUs otherwise.
+``IRIS_FLIGHT``    ``0`` leaves the flight recorder out of every kernel (default ``1``: in).
 ``IRIS_FLIGHT_ENTRIES``  ring entries per SM (power of two, default 64).
 ``IRIS_HANG_DIR``  where each rank keeps its flight file and hang dumps (default ``/dev/shm``).
 """
@@ -33,10 +32,7 @@ if DEBUG:
     os.environ["TRITON_DEBUG"] = "1"
 
 
-# On GPUs the recorder doubles the latency of small collectives (measured on 4xH200:
-# a 1 KiB all_reduce under CUDA graphs, 17.8 us without it, 35.9 us with it), so
-# there it comes with debug mode; the emulator keeps it always on.
-FLIGHT: bool = os.environ.get("IRIS_FLIGHT", "1" if DEBUG or BACKEND == "emulated" else "0") not in ("", "0")
+FLIGHT: bool = os.environ.get("IRIS_FLIGHT", "1") not in ("", "0")
 DEFAULT_DEBUG_WAIT_TIMEOUT = 60.0
 
 _wait_timeout_override: float | None = None

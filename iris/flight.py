@@ -1,10 +1,14 @@
-"""Host side of the flight recorder: the per-rank flight file and the context slots that point at it.
+"""Host side of the flight recorder: the device ring, the timeout report, and the per-rank flight file.
 
-The file (layout in ``iris_trace.hang``) is created in ``IRIS_HANG_DIR`` (default
-``/dev/shm``), mapped into this process and registered with the backend as
-host memory kernels write directly (CUDA: ``cudaHostRegister``, mapped). So its
-ring and timeout report can be read by this process while a kernel spins, after
-a kernel trapped, and by ``iris-trace hang-report`` from any other process.
+The GPU writes its ring of sync ops into device memory and, when a wait times out,
+a report plus a copy of the ring into pinned host memory (``iris.device.flight``).
+The flight file (layout in ``iris_trace.hang``, in ``IRIS_HANG_DIR``, default
+``/dev/shm``) is what other processes read; this process *publishes* into it:
+the header as things happen, the ring and report on a timeout, a signal, a
+dump, ``state()``, and when ``iris-trace hang-report`` asks through the file's
+request word (the watchdog thread of :mod:`iris.hang` answers within 0.1 s).
+Copying the ring out of a GPU that still runs a spinning kernel uses a stream of
+its own; after a trap, the copy the timed-out wait left is used.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import mmap
 import os
 import sys
+import threading
 import time
 import uuid
 
@@ -25,10 +30,10 @@ from iris_trace import hang as fmt
 from . import config
 from .device import flight as device_flight
 from .device.context import flight_slot
-from .log import WARNING, log_with_rank
 
 ENTRY_BYTES = fmt.ENTRY_WORDS * 8
 COUNTER_STRIDE = int(device_flight.COUNTER_STRIDE)
+PENDING_SLOTS = int(device_flight.PENDING_SLOTS)
 
 
 class FlightRecorder:
@@ -51,12 +56,23 @@ class FlightRecorder:
         self.regions = ctx.get_cu_count()
         self.entries = config.flight_entries()
         self.path = fmt.flight_path(self.directory, self.session, rank)
-        self.nbytes = fmt.RING_OFFSET + self.regions * self.entries * ENTRY_BYTES
-        # Device-side bookkeeping lives on the heap, allocated identically on every rank.
-        self._counters = ctx.zeros(self.regions * COUNTER_STRIDE, dtype=torch.int64)
-        self._claim = ctx.zeros(1, dtype=torch.int32)
+        # The ring, then each SM region's pending-wait entries (see iris.device.flight).
+        ring_entries = self.regions * (self.entries + PENDING_SLOTS)
+        self.nbytes = fmt.RING_OFFSET + ring_entries * ENTRY_BYTES
+        ring_words = ring_entries * fmt.ENTRY_WORDS
+        device = ctx.device
+        # Device memory, private to this rank: the ring, its per-SM claim counters, the report claim.
+        self._ring = torch.zeros(ring_words, dtype=torch.int64, device=device)
+        self._counters = torch.zeros(self.regions * COUNTER_STRIDE, dtype=torch.int64, device=device)
+        self._claim = torch.zeros(1, dtype=torch.int32, device=device)
+        # Host memory the GPU writes: the timeout report, then the ring's copy at that moment.
+        self._report, self._report_address = ctx.backend.host_visible_zeros(
+            fmt.REPORT_WORDS + ring_words, torch.int64
+        )
+        self._report_words = self._report.numpy()
+        self._staging = ctx.backend.host_visible_zeros(ring_words, torch.int64)[0]
+        self._publish_lock = threading.Lock()
         self._regions_meta: list[dict] = []
-        self._register_token = None
         self._closed = False
 
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -75,6 +91,7 @@ class FlightRecorder:
             fmt.H_PID: os.getpid(),
             fmt.H_REGIONS: self.regions,
             fmt.H_ENTRIES: self.entries,
+            fmt.H_PENDING: PENDING_SLOTS,
             fmt.H_HEAP_SIZE: ctx.heap_size,
             fmt.H_CREATED: now,
             fmt.H_PHASE_SINCE: now,
@@ -83,22 +100,6 @@ class FlightRecorder:
         for word, value in header.items():
             self.words[word] = value
         self._write_metadata()
-
-        device_address = 0
-        try:
-            device_address, self._register_token = ctx.backend.register_host_memory(
-                self.words.ctypes.data, self.nbytes
-            )
-        except Exception as error:  # noqa: BLE001 - timeouts still work, without a report
-            log_with_rank(
-                WARNING,
-                f"iris: the flight file could not be mapped for the GPU ({error}); wait timeouts will "
-                "stop kernels without a report and the flight recorder is off",
-                rank,
-                world,
-            )
-        self._ring_address = device_address + fmt.RING_OFFSET if device_address else 0
-        self._report_address = device_address + fmt.REPORT_OFFSET if device_address else 0
         self.set_timeout(config.wait_timeout())
 
     # ------------------------------------------------------------------ slots and header
@@ -113,7 +114,7 @@ class FlightRecorder:
         self._write_slots(
             {
                 int(device_flight.SLOT_TIMEOUT_NS): timeout_ns,
-                int(device_flight.SLOT_RING): self._ring_address if config.FLIGHT else 0,
+                int(device_flight.SLOT_RING): self._ring.data_ptr() if config.FLIGHT else 0,
                 int(device_flight.SLOT_RING_MASK): self.entries - 1,
                 int(device_flight.SLOT_NUM_REGIONS): self.regions,
                 int(device_flight.SLOT_COUNTERS): self._counters.data_ptr(),
@@ -177,24 +178,62 @@ class FlightRecorder:
     # ------------------------------------------------------------------ reading
     def timed_out(self) -> bool:
         """Whether a wait on this rank has written its timeout report."""
-        return not self._closed and int(self.words[fmt.REPORT_OFFSET // 8]) == 1
+        return not self._closed and int(self._report_words[0]) == 1
 
     def clear_report(self) -> None:
         """Forget a timeout report (under emulation, once the interpreter has raised it)."""
+        self._report_words[0] = 0
         self.words[fmt.REPORT_OFFSET // 8] = 0
         self._claim.zero_()
 
+    def publish(self) -> None:
+        """Write the newest ring and the timeout report into the flight file.
+
+        A GPU that still runs (even a kernel spinning forever) is read through a
+        stream of its own; one that trapped leaves the ring copy of its timed-out
+        wait; one that failed otherwise keeps the ring last published.
+
+        Example:
+            >>> ctx.hang.recorder.publish()   # then any process can read the file
+        """
+        with self._publish_lock:
+            if self._closed:
+                return
+            asked = int(self.words[fmt.H_PUBLISH_REQUEST])
+            report = self._report_words
+            ring = None
+            if int(report[0]) == 1:
+                ring = report[fmt.REPORT_WORDS :]
+            else:
+                try:
+                    self._ctx.backend.copy_while_running(self._staging, self._ring)
+                    ring = self._staging.numpy()
+                except Exception:  # noqa: BLE001 - a dead GPU: the last published ring stays
+                    ring = None
+            if ring is not None:
+                self.words[fmt.RING_OFFSET // 8 :] = ring
+            self.words[fmt.REPORT_OFFSET // 8 : fmt.REPORT_OFFSET // 8 + fmt.REPORT_WORDS] = report[
+                : fmt.REPORT_WORDS
+            ]
+            self.words[fmt.H_PUBLISHED] = asked
+
+    def publish_requested(self) -> bool:
+        """Whether another process (``iris-trace hang-report``) asked for a :meth:`publish`."""
+        return not self._closed and int(self.words[fmt.H_PUBLISH_REQUEST]) > int(self.words[fmt.H_PUBLISHED])
+
     def state(self) -> fmt.RankState:
-        """This rank's flight state as ``iris-trace hang-report`` sees it.
+        """This rank's flight state as ``iris-trace hang-report`` sees it (published first).
 
         Example:
             >>> state = ctx.hang.recorder.state()
             >>> state.timeout, state.pending
         """
+        self.publish()
         return fmt.read_flight_file(self.path)
 
     def dump(self) -> str:
-        """Copy the flight file to a dump that outlives the process; returns its path."""
+        """Publish, then copy the flight file to a dump that outlives the process; returns its path."""
+        self.publish()
         path = fmt.dump_path(self.directory, self.session, self._ctx.cur_rank)
         with open(path, "wb") as handle:
             handle.write(bytes(self._map))
@@ -202,24 +241,19 @@ class FlightRecorder:
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
-        """Unregister and remove the flight file (dumps are kept)."""
-        if self._closed:
-            return
-        self._closed = True
-        self.words[fmt.H_STATE] = 1
-        self.words[fmt.H_PHASE] = fmt.PHASE_CLOSED
-        if self._register_token is not None:
+        """Remove the flight file (dumps are kept)."""
+        with self._publish_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.words[fmt.H_STATE] = 1
+            self.words[fmt.H_PHASE] = fmt.PHASE_CLOSED
             try:
-                self._ctx.backend.unregister_host_memory(self._register_token)
-            except Exception:  # noqa: BLE001 - a trapped GPU refuses everything; the OS frees it
+                os.unlink(self.path)
+            except FileNotFoundError:
                 pass
-            self._register_token = None
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-        del self.words
-        self._map.close()
+            del self.words
+            self._map.close()
 
 
 def _remove_stale_files(directory: str, session: str) -> None:

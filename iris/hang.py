@@ -100,6 +100,7 @@ class Hang:
             >>> report.culprit()
             (1, 'rank 0 waits for ..., which rank 1 releases, but rank 1 is not waiting on the device: ...')
         """
+        self.recorder.publish()  # the other ranks publish when the report asks them to
         return fmt.HangReport.from_directory(self.recorder.directory, self.recorder.session, last)
 
     def describe_peers(self) -> str:
@@ -174,6 +175,8 @@ class Hang:
     # ------------------------------------------------------------------ watchdog and lifetime
     def _poll(self) -> None:
         self.recorder.heartbeat()
+        if self.recorder.publish_requested():
+            self.recorder.publish()
         if not self._reported and self.recorder.timed_out():
             self._reported = True
             self.dump("timeout")

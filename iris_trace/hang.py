@@ -1,18 +1,23 @@
 """Flight files and hang reports: which rank waits on which, and what each last sent.
 
 Every rank of a live Iris context keeps one *flight file*
-(``<IRIS_HANG_DIR>/iris-flight-<session>-rank<N>.bin``, default ``/dev/shm``). Its GPU
-writes into it directly (the file is registered as mapped host memory), so this
-module can read it from any process while kernels still run, after one trapped,
-and after the rank died. Layout (little-endian int64 words)::
+(``<IRIS_HANG_DIR>/iris-flight-<session>-rank<N>.bin``, default ``/dev/shm``). The
+rank publishes into it: its host phase as it changes, and its ring of device
+sync ops plus any timeout report on a timeout, a signal, a dump, or when asked
+(:func:`request_publish`, which writes the request word and waits for the rank's
+watchdog to answer). So this module reads it from any process while kernels
+still run, after one trapped, and after the rank died (then as last published).
+Layout (little-endian int64 words)::
 
     bytes 0..511      header: magic, version, rank, world, pid, regions, entries per region,
                       heap_size, created (unix ns), state, timeout_ns, host phase,
-                      host phase since (unix ns), metadata bytes, heartbeat (unix ns)
+                      host phase since (unix ns), metadata bytes, heartbeat (unix ns),
+                      publish requests, requests answered, pending slots per region
     bytes 512..1023   timeout report: state, rank, sm, program, op, heap offset, expected,
                       seen, cmp, waited ns, device clock, timeout ns
     bytes 1024..8191  JSON metadata: session, named heap regions (e.g. the device barrier)
-    bytes 8192..      ring: regions x entries x 8 words (layout in ``iris.device.flight``)
+    bytes 8192..      ring: regions x entries x 8 words (layout in ``iris.device.flight``),
+                      then regions x pending slots entries: the waits spinning now
 
 Importing it needs numpy only.
 
@@ -25,8 +30,10 @@ from __future__ import annotations
 
 import glob
 import json
+import mmap
 import os
 import re
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,7 +41,7 @@ import numpy as np
 from .events import EVENT_NAMES
 
 MAGIC = int.from_bytes(b"IRISFLT1", "little")
-VERSION = 1
+VERSION = 2
 HEADER_BYTES = 512
 REPORT_OFFSET = 512
 REPORT_WORDS = 16
@@ -46,6 +53,7 @@ ENTRY_WORDS = 8
 # Header words.
 H_MAGIC, H_VERSION, H_RANK, H_WORLD, H_PID, H_REGIONS, H_ENTRIES, H_HEAP_SIZE = range(8)
 H_CREATED, H_STATE, H_TIMEOUT, H_PHASE, H_PHASE_SINCE, H_META_BYTES, H_HEARTBEAT = range(8, 15)
+H_PUBLISH_REQUEST, H_PUBLISHED, H_PENDING = range(15, 18)
 
 #: Host phases a rank publishes in its header.
 PHASES = {
@@ -97,13 +105,14 @@ def dump_path(directory: str, session: str, rank: int) -> str:
     return os.path.join(directory, f"iris-hang-{session}-rank{rank}.bin")
 
 
-def decode_entries(ring: np.ndarray, regions: int, entries: int) -> np.ndarray:
-    """The written ring entries (``ENTRY_DTYPE``), oldest first.
+def decode_entries(ring: np.ndarray, regions: int, entries: int, pending: int = 0) -> np.ndarray:
+    """The written entries of the ring and of the ``pending`` wait slots behind it, oldest first.
 
     Example:
-        >>> decode_entries(words[RING_OFFSET // 8 :], 8, 64)["kind"]
+        >>> decode_entries(words[RING_OFFSET // 8 :], 8, 64, 4)["kind"]
     """
-    words = np.asarray(ring, dtype=np.int64)[: regions * entries * ENTRY_WORDS].reshape(-1, ENTRY_WORDS)
+    count = regions * (entries + pending) * ENTRY_WORDS
+    words = np.asarray(ring, dtype=np.int64)[:count].reshape(-1, ENTRY_WORDS)
     raw = words[words[:, 0] > 0]
     out = np.empty(len(raw), dtype=ENTRY_DTYPE)
     ident, where = raw[:, 1], raw[:, 2]
@@ -244,7 +253,7 @@ def read_flight_file(path: str) -> RankState:
         alive=_pid_alive(int(words[H_PID]))
         and metadata.get("hostname", os.uname().nodename) == os.uname().nodename,
         metadata=metadata,
-        entries=decode_entries(ring, regions, entries),
+        entries=decode_entries(ring, regions, entries, int(words[H_PENDING])),
     )
     report = words[REPORT_OFFSET // 8 : REPORT_OFFSET // 8 + REPORT_WORDS]
     if int(report[0]) == 1:
@@ -322,8 +331,14 @@ class HangReport:
         return cls(states[0].session, states[0].world_size, ranks, last)
 
     @classmethod
-    def from_directory(cls, directory: str, session: str | None = None, last: int = 5) -> HangReport:
-        """A report on ``session`` (default: the newest one) from the files in ``directory``."""
+    def from_directory(
+        cls, directory: str, session: str | None = None, last: int = 5, refresh_s: float = 1.0
+    ) -> HangReport:
+        """A report on ``session`` (default: the newest one) from the files in ``directory``.
+
+        Live ranks are first asked to publish their newest ring, for up to ``refresh_s``
+        seconds (0: read the files as they are).
+        """
         sessions = find_sessions(directory)
         if not sessions:
             raise ValueError(f"no Iris flight or dump files in {directory}")
@@ -331,6 +346,8 @@ class HangReport:
             session = max(sessions, key=lambda s: sessions[s][1])
         if session not in sessions:
             raise ValueError(f"no files of session {session} in {directory} (found: {sorted(sessions)})")
+        if refresh_s > 0:
+            request_publish(sessions[session][0], refresh_s)
         return cls.from_files(sessions[session][0], last)
 
     # ------------------------------------------------------------------ analysis
@@ -486,3 +503,49 @@ def find_sessions(directory: str) -> dict[str, tuple[list[str], int]]:
         files.append(path)
         sessions[match["session"]] = (files, max(newest, created))
     return sessions
+
+
+def request_publish(paths: list[str], wait_s: float = 1.0) -> list[str]:
+    """Ask the live ranks behind these flight files to publish their newest ring.
+
+    Waits up to ``wait_s`` seconds for their answers; returns the files whose rank
+    did not answer in time (a rank whose host is wedged, say). Files of closed or
+    dead ranks, dumps, and this process's own files are left alone (a context
+    publishes itself: ``FlightRecorder.publish``).
+
+    Example:
+        >>> late = request_publish(glob.glob("/dev/shm/iris-flight-*.bin"))
+    """
+
+    def word(header: mmap.mmap, index: int) -> int:
+        return int.from_bytes(header[index * 8 : index * 8 + 8], "little", signed=True)
+
+    asked = []
+    for path in paths:
+        if "iris-flight-" not in os.path.basename(path):
+            continue
+        try:
+            with open(path, "r+b") as handle:
+                header = mmap.mmap(handle.fileno(), HEADER_BYTES)
+        except (OSError, ValueError):
+            continue
+        pid = word(header, H_PID)
+        if (
+            word(header, H_MAGIC) != MAGIC
+            or word(header, H_STATE) == 1
+            or pid == os.getpid()
+            or not _pid_alive(pid)
+        ):
+            header.close()
+            continue
+        target = word(header, H_PUBLISH_REQUEST) + 1
+        header[H_PUBLISH_REQUEST * 8 : H_PUBLISH_REQUEST * 8 + 8] = target.to_bytes(8, "little", signed=True)
+        asked.append((path, header, target))
+    deadline = time.monotonic() + wait_s
+    waiting = asked
+    while waiting and time.monotonic() < deadline:
+        time.sleep(0.01)
+        waiting = [item for item in waiting if word(item[1], H_PUBLISHED) < item[2]]
+    for _, header, _ in asked:
+        header.close()
+    return [path for path, _, _ in waiting]

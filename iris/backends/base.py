@@ -69,16 +69,18 @@ class Backend(ABC):
     def free(self, allocation: Allocation) -> None:
         """Release this rank's own heap."""
 
-    def register_host_memory(self, address: int, nbytes: int) -> tuple[int, object]:
-        """Make host memory at ``address`` readable and writable by kernels while the host reads it.
+    def host_visible_zeros(self, count: int, dtype: torch.dtype) -> tuple[torch.Tensor, int]:
+        """Zeroed host memory that kernels write directly; returns (host tensor, address kernels use).
 
-        Returns (address kernels use, token for :meth:`unregister_host_memory`). The
-        default suits backends whose kernels dereference host addresses directly.
+        The host reads it while kernels run and after one has stopped the device.
+        The default suits backends whose kernels dereference host addresses directly.
         """
-        return address, None
+        tensor = torch.zeros(count, dtype=dtype)
+        return tensor, tensor.data_ptr()
 
-    def unregister_host_memory(self, token) -> None:  # noqa: B027 - optional hook
-        """Undo :meth:`register_host_memory`."""
+    def copy_while_running(self, destination: torch.Tensor, source: torch.Tensor) -> None:
+        """Copy ``source`` (device) into ``destination`` (host) without waiting for running kernels."""
+        destination.copy_(source)
 
     @abstractmethod
     def synchronize(self, device: torch.device, stream=None) -> None:

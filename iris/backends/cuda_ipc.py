@@ -67,6 +67,9 @@ class CudaBackend(Backend):
     interpreted = False
     dist_backend = "nccl"
 
+    def __init__(self):
+        self._side_streams: dict[int, torch.cuda.Stream] = {}
+
     def device_count(self) -> int:
         return torch.cuda.device_count()
 
@@ -115,17 +118,25 @@ class CudaBackend(Backend):
         torch.cuda.synchronize()
         _check(_runtime().cudaFree(allocation.owner), "cudaFree")
 
-    def register_host_memory(self, address: int, nbytes: int) -> tuple[int, object]:
-        # Mapped and portable: the GPU writes straight into these pages (the flight
-        # recorder's file), which the host and other processes read even after a trap.
-        runtime = _runtime()
-        flags = runtime.cudaHostRegisterMapped | runtime.cudaHostRegisterPortable
-        _check(runtime.cudaHostRegister(address, nbytes, flags), f"cudaHostRegister({nbytes} bytes)")
-        device_address = int(_check(runtime.cudaHostGetDevicePointer(address, 0), "cudaHostGetDevicePointer"))
-        return device_address, address
+    def host_visible_zeros(self, count: int, dtype: torch.dtype) -> tuple[torch.Tensor, int]:
+        # Pinned memory is mapped into every GPU's address space; unlike a registered
+        # file mapping it works whatever filesystem the flight files live on.
+        tensor = torch.zeros(count, dtype=dtype, pin_memory=True)
+        address = _check(
+            _runtime().cudaHostGetDevicePointer(tensor.data_ptr(), 0), "cudaHostGetDevicePointer"
+        )
+        return tensor, int(address)
 
-    def unregister_host_memory(self, token) -> None:
-        _check(_runtime().cudaHostUnregister(token), "cudaHostUnregister")
+    def copy_while_running(self, destination: torch.Tensor, source: torch.Tensor) -> None:
+        # A non-blocking stream of its own: kernels that spin on the default stream do
+        # not hold the copy back (the copy engine needs no SM).
+        with torch.cuda.device(source.device):
+            stream = self._side_streams.get(source.device.index)
+            if stream is None:
+                stream = self._side_streams[source.device.index] = torch.cuda.Stream(source.device)
+            with torch.cuda.stream(stream):
+                destination.copy_(source, non_blocking=True)
+            stream.synchronize()
 
     def synchronize(self, device: torch.device, stream=None) -> None:
         if stream is None:

@@ -1,18 +1,23 @@
 """Device side of the flight recorder and of wait timeouts.
 
-**The ring.** Every synchronisation op (``signal``, each atomic, ``atomic_cas``,
-and the start and end of every ``wait_until`` that has ``heap_bases``) writes one
-64-byte entry into a ring of per-SM regions that lives in *host* memory mapped
-into the GPU (a ``/dev/shm`` file registered with CUDA; under emulation the same
-file mapped by the rank process). The host, or ``iris-trace hang-report`` in
-another process, can read it while kernels still run and after one has trapped.
-Data ops (``load``/``store``/``get``/``put``/``copy``) are recorded only in the
-traced variant of a kernel (see ``iris.device.tracing``), so the code of an
-untraced data op is unchanged. ``IRIS_FLIGHT=0`` at import compiles the ring out.
+**The ring.** Every synchronisation op (``signal``, each atomic, ``atomic_cas``)
+and every *slow* ``wait_until`` that has ``heap_bases`` writes one 64-byte entry
+into a ring of per-SM regions in device memory. A wait is recorded once it has
+spun ``CHECK_EVERY`` polls: a wait satisfied sooner cannot be a hang, and
+recording it would cost every fast wait a timer read and a ring write. While it
+spins, the wait sits in its program's *pending* entry (``PENDING_SLOTS`` per SM
+region, after the ring), written without atomics or barriers because each thread
+of a spinning program leaves the loop at its own poll; when it ends, the pending
+entry is cleared and the ring gets its begin and end. Data ops
+(``load``/``store``/``get``/``put``/``copy``) are recorded only in the traced
+variant of a kernel (see ``iris.device.tracing``), so the code of an untraced data
+op is unchanged. ``IRIS_FLIGHT=0`` at import compiles the ring out.
 
-An op claims its slot with a relaxed GPU-scope atomic on its SM's counter (on the
-heap, device memory: atomics on host memory are not portable over PCIe) and
-writes the entry with one coalesced 64-byte store; it never waits for its own op's result.
+An op claims its slot with a relaxed GPU-scope atomic on its SM's counter and
+writes the entry with one coalesced 64-byte store; it never waits for its own
+op's result. Both stay in device memory: an entry written to host memory would
+make every later release (each signal) wait for a PCIe round trip. The host
+copies the ring out when asked (``iris.flight``), which a running kernel does not notice.
 
 Entry (8 x int64)::
 
@@ -29,9 +34,11 @@ Entry (8 x int64)::
 ``sub`` is the comparison of a wait (index in CMPS) or 1 for ``signal(op="add")``.
 
 **The report.** A wait that times out claims the rank's report record (first
-program wins), writes rank, SM, program, op, heap offset, expected and last seen
-value, then a fence, then the ``state`` word, and stops the kernel (``trap`` on
-GPUs, an exception under the interpreter).
+program wins), a block of *host* memory the GPU writes directly. It copies the
+ring behind the record (a trapped GPU's memory can no longer be read), writes
+rank, SM, program, op, heap offset, expected and last seen value, then a fence,
+then the ``state`` word, and stops the kernel (``trap`` on GPUs, an exception
+under the interpreter).
 """
 
 import triton
@@ -62,9 +69,13 @@ WAIT_BEGIN: tl.constexpr = tl.constexpr(17)
 #: A timed-out wait reads the timer only once every this many spins.
 CHECK_EVERY: tl.constexpr = tl.constexpr(256)
 
-# Report record words.
+# Report record words; the ring's copy follows them.
 REPORT_STATE: tl.constexpr = tl.constexpr(0)
 REPORT_WORDS: tl.constexpr = tl.constexpr(16)
+#: Per SM region, entries that say which waits are spinning now (after the ring).
+PENDING_SLOTS: tl.constexpr = tl.constexpr(4)
+#: int64 words the timed-out wait copies per step.
+SNAPSHOT_BLOCK: tl.constexpr = tl.constexpr(1024)
 
 CMPS = ("eq", "ne", "gt", "ge", "lt", "le")
 #: Names a wait can be issued under (``wait_until(..., op=...)``); unknown names record 0.
@@ -157,14 +168,21 @@ def record(
     mask=None,
     op: tl.constexpr = tl.constexpr(""),
     fresh: tl.constexpr = tl.constexpr(False),
+    use_stamp: tl.constexpr = tl.constexpr(False),
 ):
-    """Write one ring entry (nothing when compiled out or when the ring is not set up)."""
+    """Write one ring entry (nothing when compiled out or when the ring is not set up).
+
+    It claims its slot with an atomic whose result every thread needs, which costs a
+    CTA barrier: call it where the program's threads run together, never inside a spin loop.
+    """
     if ENABLED:
         slots = _slots(heap_bases)
         ring = _word(slots, SLOT_RING)
         if ring != 0:
             # Traced kernels already read the clock for this op: reuse it (no extra timer read).
-            if fresh:
+            if use_stamp:
+                when = tl.cast(stamp, tl.int64)
+            elif fresh:
                 when = hw.timer_ns()
             elif tracing.compiled_in(heap_bases.dtype):
                 when = tl.cast(stamp, tl.int64)
@@ -205,10 +223,76 @@ def record(
 
 
 @triton.jit
+def _pending_entry(slots):
+    # This program's "waiting now" entry, behind the ring: one of PENDING_SLOTS per SM region.
+    regions = _word(slots, SLOT_NUM_REGIONS)
+    ring_entries = regions * (_word(slots, SLOT_RING_MASK) + 1)
+    sm = hw.sm_id().to(tl.int64) % regions
+    entry = ring_entries + sm * PENDING_SLOTS + _linear_pid().to(tl.int64) % PENDING_SLOTS
+    return _word(slots, SLOT_RING).to(tl.pointer_type(tl.int64)) + entry * ENTRY_WORDS
+
+
+@triton.jit
+def note_waiting(heap_bases, pointer, cmp: tl.constexpr, value, now, op: tl.constexpr):
+    """Say in this program's pending entry that it spins on ``pointer`` since ``now``.
+
+    Called inside the spin loop, where each thread leaves at its own poll: so no
+    atomic and no barrier, and every thread writes the same words.
+    """
+    if ENABLED:
+        slots = _slots(heap_bases)
+        if _word(slots, SLOT_RING) != 0:
+            cur_rank = tl.load(heap_bases - 2).to(tl.int64, bitcast=True)
+            offset = pointer.to(tl.int64) - tl.load(heap_bases + cur_rank).to(tl.int64, bitcast=True)
+            sm = hw.sm_id().to(tl.int64)
+            ident = (
+                WAIT_BEGIN
+                | (cmp_id(cmp) << 8)
+                | ((cur_rank & 0xFFFF) << 16)
+                | (0xFFFF << 32)
+                | ((sm & 0xFFFF) << 48)
+            )
+            word = tl.arange(0, ENTRY_WORDS)
+            data = tl.zeros([ENTRY_WORDS], tl.int64)
+            data = tl.where(word == 0, 1, data)
+            data = tl.where(word == 1, ident, data)
+            data = tl.where(word == 2, (_linear_pid().to(tl.int64) & 0xFFFFFFFF) | (op_id(op) << 32), data)
+            data = tl.where(word == 3, offset, data)
+            data = tl.where(word == 4, tl.cast(value, tl.int64), data)
+            data = tl.where(word == 5, now, data)
+            tl.store(_pending_entry(slots) + word, data)
+
+
+@triton.jit
+def clear_waiting(heap_bases):
+    """Empty this program's pending entry: its wait is over (the ring keeps the history)."""
+    if ENABLED:
+        slots = _slots(heap_bases)
+        if _word(slots, SLOT_RING) != 0:
+            tl.store(_pending_entry(slots), 0)
+
+
+@triton.jit
 def record_data(heap_bases, kind: tl.constexpr, target_rank, pointer, mask, stamp):
     """A data op's entry: only in traced kernels, so untraced data ops compile as before."""
     if tracing.compiled_in(heap_bases.dtype):
         record(heap_bases, kind, 0, target_rank, pointer, 0, 0, stamp, mask)
+
+
+@triton.jit
+def _copy_ring(slots, destination):
+    ring = _word(slots, SLOT_RING)
+    if ring != 0:
+        regions = _word(slots, SLOT_NUM_REGIONS)
+        total = regions * (_word(slots, SLOT_RING_MASK) + 1 + PENDING_SLOTS) * ENTRY_WORDS
+        source = ring.to(tl.pointer_type(tl.int64))
+        for start in range(0, total, SNAPSHOT_BLOCK):
+            offsets = start + tl.arange(0, SNAPSHOT_BLOCK)
+            inside = offsets < total
+            # Volatile: other SMs wrote the entries, this SM's L1 may hold stale lines.
+            tl.store(
+                destination + offsets, tl.load(source + offsets, mask=inside, volatile=True), mask=inside
+            )
 
 
 @triton.jit
@@ -244,6 +328,7 @@ def expire(heap_bases, pointer, cmp: tl.constexpr, value, seen, waited_ns, timeo
             data = tl.where(word == 10, hw.timer_ns(), data)
             data = tl.where(word == 11, tl.cast(timeout, tl.int64), data)
             records = report.to(tl.pointer_type(tl.int64))
+            _copy_ring(slots, records + REPORT_WORDS)
             tl.store(records + word, data, mask=word != REPORT_STATE)
             # Every field reaches host memory before the state word says they are there.
             hw.fence_system()

@@ -481,11 +481,14 @@ def signal(
     scope: tl.constexpr = tl.constexpr("sys"),
     pid_m=-1,
     pid_n=-1,
+    sem: tl.constexpr = tl.constexpr("release"),
 ):
     """Set (``op="set"``) or add to (``op="add"``) a flag on ``to_rank``, after this program's writes.
 
     Everything this program stored before the call (to any rank) is visible to a
-    thread that observes the new flag value with :func:`wait_until`.
+    thread that observes the new flag value with :func:`wait_until`. A program that
+    signals several flags at once may fence once itself (``fence_system``) and pass
+    ``sem="relaxed"``: the signals then do not wait for one another's round trips.
 
     Example:
         >>> iris.put(src + offs, dst + offs, cur_rank, peer, heap_bases)
@@ -497,9 +500,9 @@ def signal(
     # The barrier makes every thread's earlier stores precede the release below.
     tl.debug_barrier()
     if op == "set":
-        tl.atomic_xchg(remote, value, sem="release", scope=scope)
+        tl.atomic_xchg(remote, value, sem=sem, scope=scope)
     else:
-        tl.atomic_add(remote, value, sem="release", scope=scope)
+        tl.atomic_add(remote, value, sem=sem, scope=scope)
     tracing.end(heap_bases, start, tracing.SIGNAL, to_rank, pointer, None, value, pid_m, pid_n)
     flight.record(heap_bases, tracing.SIGNAL, flight.signal_sub(op), to_rank, pointer, value, 0, start)
 
@@ -531,25 +534,34 @@ def _spin(pointer, cmp: tl.constexpr, value, scope: tl.constexpr):
     return seen
 
 
+#: A tensor this long holds a value from every thread of any program (1024 threads at most).
+MAX_THREADS: tl.constexpr = tl.constexpr(1024)
+
+
 @triton.jit
-def _spin_timed(
+def _spin_watched(
     pointer, cmp: tl.constexpr, value, scope: tl.constexpr, timeout, heap_bases, op: tl.constexpr
 ):
-    # The clock is read once every CHECK_EVERY spins and only once a wait is slow, so a
-    # wait that is satisfied at once costs the same as without a timeout.
+    # The clock is read once every CHECK_EVERY spins, so a wait satisfied at once costs
+    # the same as without a timeout. The first read marks the wait as slow: only then
+    # does it enter the flight recorder (with heap_bases), as a pending entry; threads
+    # leave this loop at different polls, so nothing here may use a CTA barrier.
+    # Returns the flag and when the wait was first seen to be slow (0: never).
     seen = hw.load_acquire(pointer, scope)
     spins = 0
     started = tl.zeros([], tl.int64)
     while not _satisfied(seen, cmp, value):
         spins += 1
-        if (spins % flight.CHECK_EVERY == 0) & (timeout > 0):
+        if spins % flight.CHECK_EVERY == 0:
             now = hw.timer_ns()
             if started == 0:
                 started = now
-            elif now - started > timeout:
+                if heap_bases is not None:
+                    flight.note_waiting(heap_bases, pointer, cmp, value, now, op)
+            elif (timeout > 0) & (now - started > timeout):
                 flight.expire(heap_bases, pointer, cmp, value, seen, now - started, timeout, op)
         seen = hw.load_acquire(pointer, scope)
-    return seen
+    return seen, started
 
 
 @triton.jit
@@ -570,7 +582,7 @@ def wait_until(
     rank wrote before its :func:`signal` is visible to the whole program afterwards.
 
     Pass ``heap_bases``: the wait then appears in traces (the stalls tracing
-    measures) and in the flight recorder, and it obeys the rank's wait timeout
+    measures) and, once it has spun a while, in the flight recorder, and it obeys the rank's wait timeout
     (``Iris.set_wait_timeout``, ``IRIS_WAIT_TIMEOUT``): past it, the kernel stops
     and the host raises an error naming rank, SM, program, ``op``, flag, expected
     and last seen value. Without ``heap_bases`` only the timeout fixed at import applies.
@@ -582,10 +594,11 @@ def wait_until(
     """
     if heap_bases is not None:
         start = tracing.begin(heap_bases)
-        flight.record(heap_bases, flight.WAIT_BEGIN, flight.cmp_id(cmp), -1, pointer, value, 0, start, op=op)
-        seen = _spin_timed(pointer, cmp, value, scope, flight.timeout_ns(heap_bases), heap_bases, op)
+        seen, slow_since = _spin_watched(
+            pointer, cmp, value, scope, flight.timeout_ns(heap_bases), heap_bases, op
+        )
     elif hw.HAS_STATIC_TIMEOUT:
-        seen = _spin_timed(pointer, cmp, value, scope, hw.static_timeout_ns(), None, op)
+        seen, slow_since = _spin_watched(pointer, cmp, value, scope, hw.static_timeout_ns(), None, op)
     else:
         seen = _spin(pointer, cmp, value, scope)
     tl.debug_barrier()
@@ -593,16 +606,33 @@ def wait_until(
         tracing.end(
             heap_bases, start, tracing.WAIT_UNTIL, tl.load(heap_bases - 2), pointer, None, seen, pid_m, pid_n
         )
-        flight.record(
-            heap_bases,
-            tracing.WAIT_UNTIL,
-            flight.cmp_id(cmp),
-            -1,
-            pointer,
-            value,
-            seen,
-            start,
-            op=op,
-            fresh=True,
-        )
+        # Threads left the loop at their own polls, so each has its own slow_since; the
+        # CTA-wide max makes the branch uniform (the records below use CTA barriers).
+        slow_since = tl.max(tl.full([MAX_THREADS], slow_since, tl.int64), axis=0)
+        if slow_since != 0:
+            flight.clear_waiting(heap_bases)
+            flight.record(
+                heap_bases,
+                flight.WAIT_BEGIN,
+                flight.cmp_id(cmp),
+                -1,
+                pointer,
+                value,
+                0,
+                slow_since,
+                op=op,
+                use_stamp=True,
+            )
+            flight.record(
+                heap_bases,
+                tracing.WAIT_UNTIL,
+                flight.cmp_id(cmp),
+                -1,
+                pointer,
+                value,
+                seen,
+                start,
+                op=op,
+                fresh=True,
+            )
     return seen

@@ -38,7 +38,12 @@ def kernels(dtype: str):
     flat = {k: v.format(t=dtype) for k, v in FLAT.items()}
     reduce = {"GROUP": 4, "BLOCK": 4096, "OP": "sum"}
     for variant, kernel in all_reduce.KERNELS.items():
-        yield f"all_reduce_{variant}", kernel, flat, reduce
+        if variant == "one_shot":
+            staged = {**flat, "staging": f"*{dtype}", "calls": "*i32", "half": "i32"}
+            yield "all_reduce_one_shot", kernel, staged, {**reduce, "STAGED": False}
+            yield "all_reduce_one_shot_staged", kernel, staged, {**reduce, "STAGED": True}
+        else:
+            yield f"all_reduce_{variant}", kernel, flat, reduce
     yield "all_gather", all_gather.all_gather_kernel, flat, {"GROUP": 4, "BLOCK": 4096}
     a2a = {
         "out": f"*{dtype}",
@@ -56,9 +61,14 @@ def kernels(dtype: str):
 
 def compile_ptx(kernel, signature: dict, constexprs: dict) -> str:
     signature = {**signature, **{key: "constexpr" for key in constexprs}}
+    signature = {name: signature[name] for name in kernel.arg_names}  # the kernel's parameter order
     # Pointers 16-byte aligned and sizes multiples of 16, as Triton specialises typical launches.
     names = list(signature)
-    aligned = [i for i, name in enumerate(names) if name in ("out", "inp", "tensor", "n", "cols", "flags")]
+    aligned = [
+        i
+        for i, name in enumerate(names)
+        if name in ("out", "inp", "tensor", "n", "cols", "flags", "staging", "half")
+    ]
     attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
     source = ASTSource(kernel, signature, constexprs, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]

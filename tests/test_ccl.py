@@ -6,6 +6,8 @@ reductions), so the check covers every dtype the backends' torch.distributed
 does not reduce itself.
 """
 
+import dataclasses
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -96,6 +98,28 @@ def _all_reduce_vs_dist_body(rank, world_size):
 
 def test_all_reduce_auto_matches_dist_all_reduce(world):
     assert all(world.run(_all_reduce_vs_dist_body))
+
+
+def _one_shot_rounds_body(rank, world_size):
+    # Small calls are staged (two halves used by turns, inputs anywhere); 40000 fp32 is
+    # past this 4 MiB heap's staging half (64 KiB) and runs with a done phase instead.
+    with iris.iris(1 << 22) as ctx:
+        ok = []
+        for round_, n in enumerate([64, 3000, 64, 40000, 3000, 1, 64]):
+            inp = torch.randn(n, generator=torch.Generator().manual_seed(rank * 100 + round_)).to(ctx.device)
+            if n == 40000:
+                inp = ctx.zeros(n).copy_(inp)  # past the staging half: one-shot reads it in place
+            out = torch.full((n,), float("nan"), device=ctx.device)
+            ctx.ccl.all_reduce(
+                out, inp, config=Config(block_size=64, comm_sms=3, all_reduce_variant="one_shot")
+            )
+            ok.append(_close(out, _reduce(_gather(inp), "sum"), torch.float32))
+        return ok
+
+
+def test_one_shot_rounds_of_changing_sizes_stage_small_inputs(multi_world):
+    for ok in multi_world.run(_one_shot_rounds_body):
+        assert all(ok), ok
 
 
 def test_auto_picks_one_shot_small_and_two_shot_large():
@@ -230,10 +254,13 @@ def _mismatch_body(rank, world_size, problem):
         n = 64 + (rank if problem == "shape" else 0)
         inp = ctx.randn(n)
         out = ctx.empty(n, dtype=torch.float16 if problem == "dtype" and rank == 0 else torch.float32)
-        if problem == "off_heap" and rank == world_size - 1:
-            inp = torch.randn(n, device=ctx.get_device())
+        config = SMALL
+        if problem == "off_heap":
+            config = dataclasses.replace(SMALL, all_reduce_variant="two_shot")  # one-shot stages inputs
+            if rank == world_size - 1:
+                inp = torch.randn(n, device=ctx.get_device())
         try:
-            ctx.ccl.all_reduce(out, inp, config=SMALL)
+            ctx.ccl.all_reduce(out, inp, config=config)
         except CollectiveError as error:
             return str(error)
         return None
@@ -390,7 +417,8 @@ def test_every_collective_compiles_for_hopper_with_vector_accesses():
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "IRIS_BACKEND": "cuda", "PYTHONPATH": os.path.join(root, "scripts")}
+    path = [os.path.join(root, "scripts"), root, os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "IRIS_BACKEND": "cuda", "PYTHONPATH": os.pathsep.join(p for p in path if p)}
     env.pop("TRITON_INTERPRET", None)  # set by importing iris in this (emulated) process
     result = subprocess.run(
         [sys.executable, os.path.join(root, "scripts", "compile_ccl.py"), "fp32", "bf16"],
@@ -401,11 +429,12 @@ def test_every_collective_compiles_for_hopper_with_vector_accesses():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
-    assert len(lines) == 13, result.stdout  # reduce_scatter runs all_reduce_one_shot on its block
+    assert len(lines) == 15, result.stdout  # reduce_scatter runs all_reduce_one_shot on its block
     for name in (
         "all_reduce_one_shot[fp32]",
         "all_reduce_two_shot[bf16]",
         "all_gather[fp32]",
         "all_reduce_one_shot[bf16]",
+        "all_reduce_one_shot_staged[bf16]",
     ):
         assert "ld.global.v4.b32" in lines[name] and "st.global.v4.b32" in lines[name], (name, lines[name])

@@ -35,6 +35,7 @@ Example (a user kernel that all-gathers one tile per program)::
 import triton
 import triton.language as tl
 
+from ..device import intrinsics as hw
 from ..device import rma
 
 #: Kernel arguments that differ between ranks. Not specialising them (Triton would
@@ -64,10 +65,13 @@ def arrive(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
     # reading late would otherwise wait for an epoch that never comes.
     tl.debug_barrier()
     tl.store(row + cur_rank, epoch)
+    # One system fence for all peers, then relaxed adds: a release add per peer would
+    # wait for the previous peer's round trip before leaving.
+    hw.fence_system()
     for i in tl.static_range(GROUP):
         peer = tl.load(ranks + i)
         if peer != cur_rank:
-            rma.signal(row + cur_rank, 1, cur_rank, peer, heap_bases, op="add")
+            rma.signal(row + cur_rank, 1, cur_rank, peer, heap_bases, op="add", sem="relaxed")
     return epoch
 
 

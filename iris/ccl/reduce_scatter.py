@@ -43,7 +43,7 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> None:
         grid = (runtime.programs(triton.cdiv(out.numel(), block), config),)
         n = out.numel()
         my_block = inp.reshape(-1)[state.my_index * n : (state.my_index + 1) * n]
-        args = (out, my_block, n, *runtime.group_args(state), block, op.value)
+        args = (out, my_block, n, *runtime.group_args(state), block, op.value, *runtime.staging_args(None))
         return one_shot_kernel, grid, args, config.num_warps
 
     runtime.prepare(key, prepare)

@@ -24,6 +24,9 @@ PHASES = 3
 #: Groups whose collectives can be in use at once (slot 0 is the whole world).
 GROUP_SLOTS = 16
 
+#: Most bytes a staged one-shot all-reduce takes (see ``all_reduce``); capped at heap_size / 64.
+STAGING_BYTES = 1 << 20
+
 #: Element types the data-moving collectives accept; reductions accept the first four.
 REDUCIBLE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.int32)
 COPYABLE_DTYPES = REDUCIBLE_DTYPES + (torch.float64, torch.int64, torch.int16, torch.int8, torch.uint8)
@@ -62,6 +65,28 @@ class Runtime:
         self._slots = GroupSlots(GROUP_SLOTS, ctx.num_ranks, "collective")
         self._groups: dict[object, Group] = {}
         self._launches: dict[tuple, _Launch] = {}
+        self._staging: torch.Tensor | None = None
+        self._staged_calls = torch.zeros(2, dtype=torch.int32, device=ctx.device)
+
+    def staging(self, state: Group, nbytes: int) -> torch.Tensor | None:
+        """The two staging halves of small one-shot all-reduces, or None where they do not apply.
+
+        Only the whole-world group stages: its first staged call allocates the halves
+        on every rank at once, keeping the heap symmetric (a subgroup's call would not).
+        """
+        if state.process_group is not None or state.size == 1:
+            return None
+        if self._staging is None:
+            half = min(STAGING_BYTES, self.ctx.heap_size // 64) // 256 * 256
+            self._staging = self.ctx.zeros(2 * half, dtype=torch.uint8)
+        return self._staging if nbytes <= self._staging.numel() // 2 else None
+
+    def staging_args(self, staging: torch.Tensor | None, dtype: torch.dtype | None = None) -> tuple:
+        """``one_shot_kernel``'s trailing arguments: staging halves, call counters, half length, STAGED."""
+        if staging is None:
+            return (self._staged_calls, self._staged_calls, 0, False)
+        typed = staging.view(dtype)
+        return (typed, self._staged_calls, typed.numel() // 2, True)
 
     def group(self, process_group) -> Group:
         """The :class:`Group` for a torch process group (``None``: every rank)."""

@@ -156,6 +156,30 @@ def _value_of(value):
 
 
 @triton.jit
+def _entry(seq, kind, sub, cur_rank, target_rank, sm, offset, value, when, extra, op: tl.constexpr):
+    # The 8 words of one entry (layout above), one lane per word: one coalesced store.
+    # Register work only, so it is safe inside a spin loop.
+    ident = (
+        kind
+        | (sub << 8)
+        | ((cur_rank & 0xFFFF) << 16)
+        | ((tl.cast(target_rank, tl.int64) & 0xFFFF) << 32)
+        | ((sm.to(tl.int64) & 0xFFFF) << 48)
+    )
+    where = (_linear_pid().to(tl.int64) & 0xFFFFFFFF) | (op_id(op) << 32)
+    word = tl.arange(0, ENTRY_WORDS)
+    data = tl.zeros([ENTRY_WORDS], tl.int64)
+    data = tl.where(word == 0, seq, data)
+    data = tl.where(word == 1, ident, data)
+    data = tl.where(word == 2, where, data)
+    data = tl.where(word == 3, offset, data)
+    data = tl.where(word == 4, value, data)
+    data = tl.where(word == 5, when, data)
+    data = tl.where(word == 6, extra, data)
+    return word, data
+
+
+@triton.jit
 def record(
     heap_bases,
     kind: tl.constexpr,
@@ -201,24 +225,19 @@ def record(
             index = tl.atomic_add(counters + region * COUNTER_STRIDE, 1, sem="relaxed", scope="gpu")
             mask_word = _word(slots, SLOT_RING_MASK)
             entry = region * (mask_word + 1) + (index & mask_word)
-            ident = (
-                kind
-                | (sub << 8)
-                | ((cur_rank & 0xFFFF) << 16)
-                | ((tl.cast(target_rank, tl.int64) & 0xFFFF) << 32)
-                | ((sm.to(tl.int64) & 0xFFFF) << 48)
+            word, data = _entry(
+                index + 1,
+                kind,
+                sub,
+                cur_rank,
+                target_rank,
+                sm,
+                offset,
+                _value_of(value),
+                when,
+                extra_word,
+                op,
             )
-            where = (_linear_pid().to(tl.int64) & 0xFFFFFFFF) | (op_id(op) << 32)
-            word = tl.arange(0, ENTRY_WORDS)
-            # One lane per word: one coalesced 64-byte write across PCIe.
-            data = tl.zeros([ENTRY_WORDS], tl.int64)
-            data = tl.where(word == 0, index + 1, data)
-            data = tl.where(word == 1, ident, data)
-            data = tl.where(word == 2, where, data)
-            data = tl.where(word == 3, offset, data)
-            data = tl.where(word == 4, _value_of(value), data)
-            data = tl.where(word == 5, when, data)
-            data = tl.where(word == 6, extra_word, data)
             tl.store(ring.to(tl.pointer_type(tl.int64)) + entry * ENTRY_WORDS + word, data)
 
 
@@ -244,22 +263,19 @@ def note_waiting(heap_bases, pointer, cmp: tl.constexpr, value, now, op: tl.cons
         if _word(slots, SLOT_RING) != 0:
             cur_rank = tl.load(heap_bases - 2).to(tl.int64, bitcast=True)
             offset = pointer.to(tl.int64) - tl.load(heap_bases + cur_rank).to(tl.int64, bitcast=True)
-            sm = hw.sm_id().to(tl.int64)
-            ident = (
-                WAIT_BEGIN
-                | (cmp_id(cmp) << 8)
-                | ((cur_rank & 0xFFFF) << 16)
-                | (0xFFFF << 32)
-                | ((sm & 0xFFFF) << 48)
+            word, data = _entry(
+                1,
+                WAIT_BEGIN,
+                cmp_id(cmp),
+                cur_rank,
+                -1,
+                hw.sm_id(),
+                offset,
+                tl.cast(value, tl.int64),
+                now,
+                0,
+                op,
             )
-            word = tl.arange(0, ENTRY_WORDS)
-            data = tl.zeros([ENTRY_WORDS], tl.int64)
-            data = tl.where(word == 0, 1, data)
-            data = tl.where(word == 1, ident, data)
-            data = tl.where(word == 2, (_linear_pid().to(tl.int64) & 0xFFFFFFFF) | (op_id(op) << 32), data)
-            data = tl.where(word == 3, offset, data)
-            data = tl.where(word == 4, tl.cast(value, tl.int64), data)
-            data = tl.where(word == 5, now, data)
             tl.store(_pending_entry(slots) + word, data)
 
 

@@ -148,6 +148,7 @@ class Problem:
             self.depth,
             ctx.get_num_ranks(),
             ctx.get_cu_count(),
+            self.op,
         )
 
 

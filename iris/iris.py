@@ -23,6 +23,7 @@ from .group_slots import GroupSlots
 from .hang import Hang
 from .heap import SymmetricHeap
 from .log import DEBUG, ERROR, INFO, WARNING, log_with_rank
+from .prepared import PreparedLaunch
 from .tensors import TensorFactory, fill_random, full_dtype, normalize_size
 from .tracing import Tracing
 
@@ -67,7 +68,7 @@ class Iris:
         self._barrier_slots = GroupSlots(
             BARRIER_SLOTS, self.num_ranks, "device_barrier", "use a different group layout or a host barrier"
         )
-        self._barrier_members: dict[tuple[int, ...], torch.Tensor] = {}
+        self._barrier_launches: dict[tuple, PreparedLaunch] = {}
         #: Device-side collectives (``ctx.ccl.all_reduce(out, inp)``); see :mod:`iris.ccl`.
         self.ccl = CCL(self)
 
@@ -591,16 +592,21 @@ class Iris:
             >>> consumer[grid](...)
         """
         members = self._group_members(group)
-        if members not in self._barrier_members:
-            self._barrier_members[members] = torch.tensor(members, dtype=torch.int32, device=self.device)
-        slot = self._barrier_slots.slot(members)
-        device_barrier_kernel[(1,)](
-            self._barrier_arrivals[slot],
-            self.get_heap_bases(),
-            self._barrier_members[members],
-            len(members),
-            self.cur_rank,
-        )
+        launch = self._barrier_launches.get((members, self.tracing.enabled))
+        if launch is None:
+            launch = PreparedLaunch(
+                device_barrier_kernel,
+                (1,),
+                (
+                    self._barrier_arrivals[self._barrier_slots.slot(members)],
+                    self.get_heap_bases(),
+                    torch.tensor(members, dtype=torch.int32, device=self.device),
+                    self.cur_rank,
+                ),
+                {"GROUP": len(members), "num_warps": 1},
+            )
+            self._barrier_launches[(members, self.tracing.enabled)] = launch
+        launch()
 
     def _group_members(self, group) -> tuple[int, ...]:
         if group is None:

@@ -20,6 +20,7 @@ from triton.compiler import ASTSource
 
 import iris
 from iris.ccl import all_gather, all_reduce, all_to_all, broadcast
+from iris.ccl.staged import MODES, staged_kernel
 
 GROUP_ARGS = {
     "flags": "*i32",
@@ -38,12 +39,10 @@ def kernels(dtype: str):
     flat = {k: v.format(t=dtype) for k, v in FLAT.items()}
     reduce = {"GROUP": 4, "BLOCK": 4096, "OP": "sum"}
     for variant, kernel in all_reduce.KERNELS.items():
-        if variant == "one_shot":
-            staged = {**flat, "staging": f"*{dtype}", "calls": "*i32", "half": "i32"}
-            yield "all_reduce_one_shot", kernel, staged, {**reduce, "STAGED": False}
-            yield "all_reduce_one_shot_staged", kernel, staged, {**reduce, "STAGED": True}
-        else:
-            yield f"all_reduce_{variant}", kernel, flat, reduce
+        yield f"all_reduce_{variant}", kernel, flat, reduce
+    staged = {**flat, "src_index": "i32", "staging": f"*{dtype}", "calls": "*i32", "half": "i32"}
+    for mode in MODES:
+        yield f"{mode}_staged", staged_kernel, staged, {**reduce, "MODE": mode}
     yield "all_gather", all_gather.all_gather_kernel, flat, {"GROUP": 4, "BLOCK": 4096}
     a2a = {
         "out": f"*{dtype}",
@@ -55,7 +54,7 @@ def kernels(dtype: str):
         **GROUP_ARGS,
     }
     yield "all_to_all", all_to_all.all_to_all_kernel, a2a, {"GROUP": 4, "BLOCK_M": 64, "BLOCK_N": 64}
-    bcast = {"tensor": f"*{dtype}", "n": "i32", "src": "i32", **GROUP_ARGS}
+    bcast = {"tensor": f"*{dtype}", "n": "i32", "src": "i32", "src_index": "i32", **GROUP_ARGS}
     yield "broadcast", broadcast.broadcast_kernel, bcast, {"GROUP": 4, "BLOCK": 4096}
 
 

@@ -201,6 +201,68 @@ def test_broadcast_copies_from_src(world):
     assert all(world.run(_broadcast_body))
 
 
+def _past_staging_body(rank, world_size):
+    # 20000 fp32 (80 KB) is past this 4 MiB heap's staging half (64 KiB): these calls
+    # push (all_gather), pull in place (reduce_scatter) and fan out from owners (broadcast).
+    big = Config(block_size=2048)
+    n = 20000
+    with iris.iris(1 << 22) as ctx:
+        ok = {}
+        inp = _random(ctx, (n,), torch.float32, seed=rank + 60)
+        gathered = ctx.full((world_size * n,), float("nan"))
+        ctx.ccl.all_gather(gathered, inp, config=big)
+        ok["all_gather"] = torch.equal(gathered.cpu(), torch.cat(_gather(inp)))
+        blocks = _random(ctx, (world_size * n,), torch.float32, seed=rank + 70)
+        mine = torch.full((n,), float("nan"), device=ctx.device)
+        ctx.ccl.reduce_scatter(mine, blocks, config=big)
+        ok["reduce_scatter"] = _close(
+            mine, _reduce(_gather(blocks), "sum")[rank * n : (rank + 1) * n], torch.float32
+        )
+        for src in range(world_size):
+            tensor = _random(ctx, (n,), torch.float32, seed=rank + 80 + src)
+            expected = tensor.clone()
+            dist.broadcast(expected, src=src)
+            ctx.ccl.broadcast(tensor, src=src, config=big)
+            ok[f"broadcast from {src}"] = torch.equal(tensor, expected)
+        return ok
+
+
+def test_collectives_past_the_staging_half_push_pull_and_fan_out(world):
+    for ok in world.run(_past_staging_body):
+        assert all(ok.values()), ok
+
+
+def _staged_anywhere_body(rank, world_size):
+    # Staged calls read only staging halves: inputs and outputs may live off the heap,
+    # and alternating calls of every kind keep the halves' turns in step.
+    with iris.iris(1 << 22) as ctx:
+        ok = []
+        for step in range(3):
+            inp = _random(ctx, (N,), torch.float32, seed=100 * step + rank).clone()  # off the heap
+            gathered = torch.full((world_size * N,), float("nan"), device=ctx.device)
+            ctx.ccl.all_gather(gathered, inp, config=SMALL)
+            ok.append(torch.equal(gathered.cpu(), torch.cat(_gather(inp))))
+            mine = torch.full((N // world_size,), float("nan"), device=ctx.device)
+            ctx.ccl.reduce_scatter(mine, inp[: world_size * (N // world_size)], config=SMALL)
+            block = slice(rank * (N // world_size), (rank + 1) * (N // world_size))
+            ok.append(
+                _close(
+                    mine, _reduce(_gather(inp), "sum")[: world_size * (N // world_size)][block], torch.float32
+                )
+            )
+            src = step % world_size
+            expected = inp.clone()
+            dist.broadcast(expected, src=src)
+            ctx.ccl.broadcast(inp, src=src, config=SMALL)
+            ok.append(torch.equal(inp, expected))
+        return ok
+
+
+def test_staged_calls_take_tensors_anywhere_and_alternate_halves(world):
+    for ok in world.run(_staged_anywhere_body):
+        assert all(ok), ok
+
+
 # ---------------------------------------------------------------- reuse, groups, async
 def _many_calls_body(rank, world_size):
     # Epochs come from device counters: interleaved collectives and variants must
@@ -429,12 +491,17 @@ def test_every_collective_compiles_for_hopper_with_vector_accesses():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
-    assert len(lines) == 15, result.stdout  # reduce_scatter runs all_reduce_one_shot on its block
+    # 4 all-reduce variants (atomic: fp32 only), 4 staged modes, all_gather, all_to_all,
+    # broadcast; reduce_scatter runs all_reduce_one_shot on its block when not staged.
+    assert len(lines) == 21, result.stdout
     for name in (
         "all_reduce_one_shot[fp32]",
         "all_reduce_two_shot[bf16]",
         "all_gather[fp32]",
         "all_reduce_one_shot[bf16]",
-        "all_reduce_one_shot_staged[bf16]",
+        "all_reduce_staged[bf16]",
+        "all_gather_staged[fp32]",
+        "reduce_scatter_staged[bf16]",
+        "broadcast[bf16]",
     ):
         assert "ld.global.v4.b32" in lines[name] and "st.global.v4.b32" in lines[name], (name, lines[name])

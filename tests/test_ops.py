@@ -204,6 +204,7 @@ def test_auto_fuses_only_large_multi_rank_problems():
     assert choose_variant(cfg, "cuda", 8192, 2048, 8192, 4, 132) == "fused"
     assert choose_variant(cfg, "cuda", 8192, 2048, 8192, 1, 132) == "unfused"
     assert choose_variant(cfg, "emulated", 8, 8, 8, 2, 8) == "fused"
+    assert choose_variant(cfg, "cuda", 1024, 512, 4096, 4, 132, "all_gather_matmul") == "fused"
     assert choose_variant(cfg.replace(variant="unfused"), "cuda", 8192, 8192, 8192, 4, 132) == "unfused"
 
 

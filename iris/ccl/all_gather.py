@@ -4,16 +4,20 @@
 ``i``'s input at rows ``i * M .. (i + 1) * M``, as
 :func:`torch.distributed.all_gather_into_tensor` does. Pushing (remote stores)
 rather than pulling keeps every link busy in the direction GPUs write fastest.
+Up to the staging capacity the call is staged instead (:mod:`iris.ccl.staged`):
+one synchronisation, and ``out`` may live anywhere.
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
 from . import device as ccl
 from .device import RANK_ARGS
 from .runtime import COPYABLE_DTYPES, check_disjoint, check_tensor, describe_tensor, tensor_key
+from .staged import staged_launch
 
 
 @triton.jit(do_not_specialize=RANK_ARGS)
@@ -53,7 +57,9 @@ def all_gather(runtime, out, inp, group=None, config=None) -> None:
     def prepare():
         ctx = runtime.ctx
         errors: list[str] = []
-        usable = check_tensor(errors, ctx, out, "out", COPYABLE_DTYPES, on_heap=True)
+        nbytes = inp.numel() * inp.element_size() if isinstance(inp, torch.Tensor) else 0
+        staging = runtime.staging(state, nbytes)
+        usable = check_tensor(errors, ctx, out, "out", COPYABLE_DTYPES, on_heap=staging is None)
         usable &= check_tensor(errors, ctx, inp, "inp", COPYABLE_DTYPES, on_heap=False)
         if usable:
             if out.dtype != inp.dtype:
@@ -64,8 +70,11 @@ def all_gather(runtime, out, inp, group=None, config=None) -> None:
                     f"{state.size} x inp.numel() = {state.size * inp.numel()}"
                 )
             check_disjoint(errors, out, inp, "out and inp")
-        signature = (describe_tensor(out, ctx), describe_tensor(inp, ctx)[:2], config)
+        where_out = describe_tensor(out, ctx) if staging is None else describe_tensor(out, ctx)[:2]
+        signature = (where_out, describe_tensor(inp, ctx)[:2], config)
         runtime.agree(state, signature, errors, "all_gather")
+        if staging is not None:
+            return staged_launch(runtime, state, "all_gather", out, inp, inp.numel(), staging, config)
         block = config.block_for(inp.element_size())
         grid = (runtime.programs(triton.cdiv(inp.numel(), block), config),)
         args = (out, inp, inp.numel(), *runtime.group_args(state), block)

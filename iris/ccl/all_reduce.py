@@ -2,12 +2,9 @@
 
 * ``one_shot``: every rank reads every member's input and reduces all of it.
   One round of remote reads: the lowest latency, ``group_size`` times the traffic.
-  Up to the staging capacity (``Runtime.staging``, whole-world group only) each
-  member first copies its input into one of two staging halves on the heap and
-  peers read that: the input may then live anywhere, and the kernel needs one
-  synchronisation (ready) instead of two (ready, done). Staged call ``c`` uses
-  half ``c % 2``; a member rewrites a half at call ``c + 2`` only after every peer
-  arrived at call ``c + 1``, which each does after finishing call ``c``.
+  Up to the staging capacity (``Runtime.staging``, whole-world group only) it runs
+  staged (:mod:`iris.ccl.staged`): one synchronisation instead of two, and the
+  input may live anywhere.
 * ``two_shot``: tile ``t`` belongs to member ``t % group_size``, which reads the
   tile from every input, reduces it and pushes the result into every output
   (a reduce-scatter and an all-gather fused into one pass): the least traffic.
@@ -40,6 +37,7 @@ from .runtime import (
     describe_tensor,
     tensor_key,
 )
+from .staged import staged_launch
 
 
 @triton.jit(do_not_specialize=RANK_ARGS)
@@ -57,43 +55,19 @@ def one_shot_kernel(
     GROUP: tl.constexpr,
     BLOCK: tl.constexpr,
     OP: tl.constexpr,
-    staging,
-    calls,
-    half,
-    STAGED: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    programs = tl.num_programs(0)
-    if STAGED:
-        # Peers read a copy of inp in one of two staging halves, used by turns: a
-        # member starts writing a half again only two staged calls later, and the
-        # arrivals of the call between prove every peer finished the reads of the
-        # call before (see the module doc). So no done phase ends the kernel.
-        call = tl.load(calls, volatile=True)
-        # Halves are whole multiples of 256 bytes: keep the accesses 16-byte vectors.
-        src = staging + tl.multiple_of((call % 2) * half, 16)
-        for tile in range(pid, tl.cdiv(n, BLOCK), programs):
-            offsets = tile * BLOCK + tl.arange(0, BLOCK)
-            tl.store(src + offsets, tl.load(inp + offsets, mask=offsets < n), mask=offsets < n)
-    else:
-        src = inp
     ccl.sync_row(
         ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
     )
-    for tile in range(pid, tl.cdiv(n, BLOCK), programs):
+    for tile in range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
         offsets = tile * BLOCK + tl.arange(0, BLOCK)
         mask = offsets < n
-        total = ccl.reduce_tile(src + offsets, cur_rank, ranks, my_index, GROUP, heap_bases, mask, OP)
+        total = ccl.reduce_tile(inp + offsets, cur_rank, ranks, my_index, GROUP, heap_bases, mask, OP)
         tl.store(out + offsets, total.to(out.dtype.element_ty), mask=mask)
-    if STAGED:
-        # The last program to finish hands the next staged call the other half.
-        if tl.atomic_add(calls + 1, 1, sem="acq_rel", scope="gpu") == programs - 1:
-            tl.store(calls + 1, 0)
-            tl.store(calls, call + 1)
-    else:
-        ccl.sync_row(
-            ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-        )
+    ccl.sync_row(
+        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
 
 
 @triton.jit(do_not_specialize=RANK_ARGS)
@@ -299,13 +273,13 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
         signature = (describe_tensor(out, ctx), where_inp, variant, op, config)
         runtime.agree(state, signature, errors, "all_reduce")
         block = config.block_for(inp.element_size())
+        if staging is not None:
+            return staged_launch(runtime, state, "all_reduce", out, inp, inp.numel(), staging, config, op)
         tiles = triton.cdiv(inp.numel(), block)
         if variant in ("two_shot", "ring"):
             tiles = triton.cdiv(tiles, state.size)
         grid = (runtime.programs(tiles, config),)
         args = (out, inp, inp.numel(), *runtime.group_args(state), block, op.value)
-        if variant == "one_shot":
-            args += runtime.staging_args(staging, inp.dtype)
         return KERNELS[variant], grid, args, config.num_warps
 
     runtime.prepare(key, prepare)

@@ -1,11 +1,17 @@
 """Broadcast: every member copies ``src``'s tensor into its own, in place.
 
-Receivers pull (remote loads) so the copy is spread over all of them rather than
-issued by ``src`` alone; the tensor must be on the heap.
+The tensor is cut into tiles and each tile gets an *owner* among the other
+members (tile ``t`` goes to the ``t mod (group_size - 1)``-th of them): the owner
+reads the tile from ``src`` once and stores it into its own tensor and every
+other receiver's. ``src`` thus sends each byte once, and the fan-out is spread
+over every receiver's links instead of all of it leaving ``src``. The tensor must
+be on the heap, except up to the staging capacity, where the call is staged
+(:mod:`iris.ccl.staged`: one synchronisation, receivers read ``src``'s copy).
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -13,6 +19,7 @@ from ..device import rma
 from . import device as ccl
 from .device import RANK_ARGS
 from .runtime import COPYABLE_DTYPES, check_tensor, describe_tensor, tensor_key
+from .staged import staged_launch
 
 
 @triton.jit(do_not_specialize=RANK_ARGS)
@@ -20,6 +27,7 @@ def broadcast_kernel(
     tensor,
     n,
     src,
+    src_index,
     flags,
     ranks,
     my_index,
@@ -35,12 +43,20 @@ def broadcast_kernel(
         ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
     )
     if cur_rank != src:
-        for tile in range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
-            offsets = tile * BLOCK + tl.arange(0, BLOCK)
+        receivers = GROUP - 1
+        # This member's place among the receivers (members in order, src left out).
+        me = my_index - (my_index > src_index).to(tl.int32)
+        owned = (tl.cdiv(n, BLOCK) - me + receivers - 1) // receivers
+        for k in range(pid, owned, tl.num_programs(0)):
+            offsets = (k * receivers + me) * BLOCK + tl.arange(0, BLOCK)
             mask = offsets < n
-            tl.store(
-                tensor + offsets, rma.load(tensor + offsets, cur_rank, src, heap_bases, mask=mask), mask=mask
-            )
+            values = rma.load(tensor + offsets, cur_rank, src, heap_bases, mask=mask)
+            # Own copy first, then the other receivers, starting after this member.
+            for i in tl.static_range(GROUP):
+                member = (my_index + i) % GROUP
+                if member != src_index:
+                    peer = tl.load(ranks + member)
+                    rma.store(tensor + offsets, values, cur_rank, peer, heap_bases, mask=mask)
     ccl.sync_row(
         ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
     )
@@ -54,14 +70,23 @@ def broadcast(runtime, tensor, src: int = 0, group=None, config=None) -> None:
     def prepare():
         ctx = runtime.ctx
         errors: list[str] = []
-        check_tensor(errors, ctx, tensor, "tensor", COPYABLE_DTYPES, on_heap=True)
+        nbytes = tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
+        staging = runtime.staging(state, nbytes)
+        check_tensor(errors, ctx, tensor, "tensor", COPYABLE_DTYPES, on_heap=staging is None)
         if src not in state.members:
             errors.append(f"src={src} is not a member of the group {list(state.members)}")
-        signature = (describe_tensor(tensor, ctx), src, config)
-        runtime.agree(state, signature, errors, "broadcast")
+        where = describe_tensor(tensor, ctx) if staging is None else describe_tensor(tensor, ctx)[:2]
+        runtime.agree(state, (where, src, config), errors, "broadcast")
+        src_index = state.members.index(src)
+        if staging is not None:
+            n = tensor.numel()
+            return staged_launch(
+                runtime, state, "broadcast", tensor, tensor, n, staging, config, src_index=src_index
+            )
         block = config.block_for(tensor.element_size())
-        grid = (runtime.programs(triton.cdiv(tensor.numel(), block), config),)
-        args = (tensor, tensor.numel(), src, *runtime.group_args(state), block)
+        receivers = max(state.size - 1, 1)
+        grid = (runtime.programs(triton.cdiv(triton.cdiv(tensor.numel(), block), receivers), config),)
+        args = (tensor, tensor.numel(), src, src_index, *runtime.group_args(state), block)
         return broadcast_kernel, grid, args, config.num_warps
 
     runtime.prepare(key, prepare)

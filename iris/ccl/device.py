@@ -35,8 +35,13 @@ Example (a user kernel that all-gathers one tile per program)::
 import triton
 import triton.language as tl
 
-from ..device import intrinsics as hw
 from ..device import rma
+from ..device.barrier import arrive, wait_arrivals
+
+__all__ = [
+    "arrive", "wait_arrivals", "sync_row", "push_tile", "combine", "reduce_tile", "flag_row",
+    "READY", "DONE", "STEPS", "RANK_ARGS",
+]  # fmt: skip
 
 #: Kernel arguments that differ between ranks. Not specialising them (Triton would
 #: turn a 1 into a constant) gives every rank the same compiled kernel.
@@ -46,48 +51,6 @@ RANK_ARGS = ["my_index", "cur_rank"]
 READY: tl.constexpr = tl.constexpr(0)
 DONE: tl.constexpr = tl.constexpr(1)
 STEPS: tl.constexpr = tl.constexpr(2)
-
-
-@triton.jit
-def arrive(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
-    """Count this program's arrival at ``row[cur_rank]`` on every member; returns the epoch.
-
-    ``row`` is this program's ``world_size``-long flag row (same offset on every
-    heap). The epoch is how many times this rank has arrived there, including now.
-
-    Example:
-        >>> epoch = ccl.arrive(flags + pid * world_size, cur_rank, ranks, GROUP, heap_bases)
-    """
-    # Only this rank ever writes its own slot on its own heap, so a plain
-    # read-increment-write is enough there; peers get a release add.
-    epoch = tl.load(row + cur_rank, volatile=True) + 1
-    # Every warp reads the old count before one thread writes the new one; a warp
-    # reading late would otherwise wait for an epoch that never comes.
-    tl.debug_barrier()
-    tl.store(row + cur_rank, epoch)
-    # One system fence for all peers, then relaxed adds: a release add per peer would
-    # wait for the previous peer's round trip before leaving.
-    hw.fence_system()
-    for i in tl.static_range(GROUP):
-        peer = tl.load(ranks + i)
-        if peer != cur_rank:
-            rma.signal(row + cur_rank, 1, cur_rank, peer, heap_bases, op="add", sem="relaxed")
-    return epoch
-
-
-@triton.jit
-def wait_arrivals(row, epoch, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
-    """Wait until every member has arrived ``epoch`` times at its slot of ``row`` on this rank.
-
-    Example:
-        >>> ccl.wait_arrivals(flags + pid * world_size, epoch, cur_rank, ranks, GROUP, heap_bases)
-    """
-    for i in tl.static_range(GROUP):
-        peer = tl.load(ranks + i)
-        # Never spin on our own slot: its plain store may legally sink below the
-        # spin loop, and it is already known to hold ``epoch``.
-        if peer != cur_rank:
-            rma.wait_until(row + peer, "ge", epoch, heap_bases=heap_bases)
 
 
 @triton.jit

@@ -2,19 +2,22 @@
 
 ``inp`` holds ``group_size`` blocks of ``out.numel()`` elements, as in
 :func:`torch.distributed.reduce_scatter_tensor`. Each rank pulls its own block
-from every input (remote loads), so inputs must be on the heap and the output
-may live anywhere. That is the one-shot all-reduce run on this rank's block:
-a pointer to block ``i`` on rank ``i`` reaches block ``i`` of every peer, because
-heap translation keeps the offset.
+from every input (remote loads) and the output may live anywhere. Up to the
+staging capacity the inputs are staged (:mod:`iris.ccl.staged`) and may live
+anywhere too; above it they must be on the heap, and the kernel is the one-shot
+all-reduce run on this rank's block: a pointer to block ``i`` on rank ``i``
+reaches block ``i`` of every peer, because heap translation keeps the offset.
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 
 from .all_reduce import one_shot_kernel
 from .config import ReduceOp
 from .runtime import REDUCIBLE_DTYPES, check_disjoint, check_tensor, describe_tensor, tensor_key
+from .staged import staged_launch
 
 
 def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> None:
@@ -26,8 +29,10 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> None:
     def prepare():
         ctx = runtime.ctx
         errors: list[str] = []
+        nbytes = inp.numel() * inp.element_size() if isinstance(inp, torch.Tensor) else 0
+        staging = runtime.staging(state, nbytes)
         usable = check_tensor(errors, ctx, out, "out", REDUCIBLE_DTYPES, on_heap=False)
-        usable &= check_tensor(errors, ctx, inp, "inp", REDUCIBLE_DTYPES, on_heap=True)
+        usable &= check_tensor(errors, ctx, inp, "inp", REDUCIBLE_DTYPES, on_heap=staging is None)
         if usable:
             if out.dtype != inp.dtype:
                 errors.append(f"out is {out.dtype} but inp is {inp.dtype}")
@@ -37,13 +42,16 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> None:
                     f"{state.size} x out.numel() = {state.size * out.numel()}"
                 )
             check_disjoint(errors, out, inp, "out and inp")
-        signature = (describe_tensor(out, ctx)[:2], describe_tensor(inp, ctx), op, config)
+        where_inp = describe_tensor(inp, ctx) if staging is None else describe_tensor(inp, ctx)[:2]
+        signature = (describe_tensor(out, ctx)[:2], where_inp, op, config)
         runtime.agree(state, signature, errors, "reduce_scatter")
+        if staging is not None:
+            return staged_launch(runtime, state, "reduce_scatter", out, inp, out.numel(), staging, config, op)
         block = config.block_for(out.element_size())
         grid = (runtime.programs(triton.cdiv(out.numel(), block), config),)
         n = out.numel()
         my_block = inp.reshape(-1)[state.my_index * n : (state.my_index + 1) * n]
-        args = (out, my_block, n, *runtime.group_args(state), block, op.value, *runtime.staging_args(None))
+        args = (out, my_block, n, *runtime.group_args(state), block, op.value)
         return one_shot_kernel, grid, args, config.num_warps
 
     runtime.prepare(key, prepare)

@@ -14,17 +14,16 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-import triton
-from triton import knobs
 
 from ..group_slots import GroupSlots
+from ..prepared import PreparedLaunch
 
 #: Flag rows per program: ready, done and the ring's step counters (see ``device.READY``...).
 PHASES = 3
 #: Groups whose collectives can be in use at once (slot 0 is the whole world).
 GROUP_SLOTS = 16
 
-#: Most bytes a staged one-shot all-reduce takes (see ``all_reduce``); capped at heap_size / 64.
+#: Most bytes a staged collective stages (see ``iris.ccl.staged``); capped at heap_size / 64.
 STAGING_BYTES = 1 << 20
 
 #: Element types the data-moving collectives accept; reductions accept the first four.
@@ -64,29 +63,23 @@ class Runtime:
         )
         self._slots = GroupSlots(GROUP_SLOTS, ctx.num_ranks, "collective")
         self._groups: dict[object, Group] = {}
-        self._launches: dict[tuple, _Launch] = {}
+        self._launches: dict[tuple, PreparedLaunch] = {}
         self._staging: torch.Tensor | None = None
-        self._staged_calls = torch.zeros(2, dtype=torch.int32, device=ctx.device)
+        #: Staged calls so far and programs done with the current one (``staged_kernel``).
+        self.staged_calls = torch.zeros(2, dtype=torch.int32, device=ctx.device)
 
     def staging(self, state: Group, nbytes: int) -> torch.Tensor | None:
-        """The two staging halves of small one-shot all-reduces, or None where they do not apply.
+        """The two staging halves of small collectives (:mod:`iris.ccl.staged`), or None if they do not apply.
 
         Only the whole-world group stages: its first staged call allocates the halves
         on every rank at once, keeping the heap symmetric (a subgroup's call would not).
         """
-        if state.process_group is not None or state.size == 1:
+        if state.process_group is not None:
             return None
         if self._staging is None:
             half = min(STAGING_BYTES, self.ctx.heap_size // 64) // 256 * 256
             self._staging = self.ctx.zeros(2 * half, dtype=torch.uint8)
         return self._staging if nbytes <= self._staging.numel() // 2 else None
-
-    def staging_args(self, staging: torch.Tensor | None, dtype: torch.dtype | None = None) -> tuple:
-        """``one_shot_kernel``'s trailing arguments: staging halves, call counters, half length, STAGED."""
-        if staging is None:
-            return (self._staged_calls, self._staged_calls, 0, False)
-        typed = staging.view(dtype)
-        return (typed, self._staged_calls, typed.numel() // 2, True)
 
     def group(self, process_group) -> Group:
         """The :class:`Group` for a torch process group (``None``: every rank)."""
@@ -133,7 +126,8 @@ class Runtime:
         all of them) and returns ``(kernel, grid, args, num_warps)``.
         """
         if key not in self._launches:
-            self._launches[key] = _Launch(*prepare())
+            kernel, grid, args, num_warps = prepare()
+            self._launches[key] = PreparedLaunch(kernel, grid, args, {"num_warps": num_warps})
 
     def launch(self, key: tuple) -> None:
         """Launch the prepared collective ``key`` on the current stream."""
@@ -160,26 +154,6 @@ class Runtime:
                 problems.append(f"rank {rank} called it with {other}, rank {reference_rank} with {reference}")
         if problems:
             raise CollectiveError(f"iris.ccl.{what}: " + "; ".join(problems))
-
-
-class _Launch:
-    """A kernel launch with its arguments fixed; after the first call it skips Triton's binder."""
-
-    def __init__(self, kernel, grid: tuple, args: tuple, num_warps: int):
-        self.kernel, self.grid, self.args, self.num_warps = kernel, grid, args, num_warps
-        self.compiled = None
-
-    def __call__(self) -> None:
-        hooks = knobs.runtime.launch_enter_hook or knobs.runtime.launch_exit_hook
-        if self.compiled is None or hooks:
-            compiled = self.kernel[self.grid](*self.args, num_warps=self.num_warps)
-            # The interpreter returns nothing to reuse; it always takes this path.
-            self.compiled = compiled if hasattr(compiled, "packed_metadata") else None
-            return
-        device = triton.runtime.driver.active.get_current_device()
-        stream = triton.runtime.driver.active.get_current_stream(device)
-        c = self.compiled
-        c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *self.args)
 
 
 def describe_tensor(tensor: torch.Tensor, ctx) -> tuple:

@@ -20,8 +20,10 @@ barrier follows, so work queued afterwards on any rank sees the whole result; wi
 the output or calling the op again.
 
 Each op either runs a fused Triton kernel or its unfused fallback (cuBLAS through
-``torch.matmul``, then ``ctx.ccl`` or ``torch.distributed``); ``config.variant``
-picks, and ``"auto"`` uses :func:`iris.ops.config.choose_variant`.
+``torch.matmul``, then a ``ctx.ccl`` collective); ``config.variant`` picks, and
+``"auto"`` uses :func:`iris.ops.config.choose_variant`. The fallbacks of
+``all_gather_matmul``, ``matmul_all_reduce`` and ``matmul_reduce_scatter`` end like
+their collective (as NCCL's do): this rank's output is complete, and no barrier follows.
 
 Example:
     >>> ctx = iris.iris(1 << 30)
@@ -33,13 +35,11 @@ Example:
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import torch
-import torch.distributed as dist
 import triton
 
 from .. import config as _iris_config
+from ..prepared import PreparedLaunch
 from .all_scatter import (
     BOTH,
     CONSUMER,
@@ -66,6 +66,10 @@ class Ops:
     frees, so run the largest shape first to allocate once). Every rank must issue the
     same ops with the same shapes in the same order.
 
+    The first call with given tensors (addresses, shapes, strides, dtypes), options
+    and tracing state checks them, compiles and records its launches as a *plan*;
+    later identical calls replay the plan with a few microseconds of host time.
+
     Example:
         >>> out = ctx.empty(world * 1024, 4096, dtype=torch.bfloat16)
         >>> ctx.ops.matmul_all_gather(out, a, b)   # a (1024, K), b (K, 4096) on every rank
@@ -74,6 +78,7 @@ class Ops:
     def __init__(self, ctx):
         self._ctx = ctx
         self._buffers: dict[tuple, torch.Tensor] = {}
+        self._plans: dict[tuple, list] = {}
         self._epoch = None
         self._side_stream = None
         ctx.tracing.name_scope(int(SCOPE_GEMM), "gemm tile")
@@ -90,6 +95,68 @@ class Ops:
             >>> out = ctx.empty(M, world * N, dtype=torch.bfloat16)
             >>> ctx.ops.matmul_all_gather(out, a, b_shard, dim=1)
         """
+        key = ("matmul_all_gather", dim, *self._call_key(out, A, B, async_op, config))
+        self._run(key, lambda: self._plan_matmul_all_gather(out, A, B, dim, async_op, config))
+        return out
+
+    def all_gather_matmul(self, out, A, B, async_op: bool = False, config=None):
+        """``out = all_gather(A) @ B``: ``A (M, K)`` is this rank's row shard, ``out`` is ``(world*M, N)``.
+
+        Fused: some programs push this rank's shard to every peer while the others
+        multiply, own rows first, then each peer's rows as they land.
+
+        Example:
+            >>> out = ctx.empty(world * M, N, dtype=torch.bfloat16)
+            >>> ctx.ops.all_gather_matmul(out, x_shard, w)
+        """
+        key = ("all_gather_matmul", *self._call_key(out, A, B, async_op, config))
+        self._run(key, lambda: self._plan_all_gather_matmul(out, A, B, async_op, config))
+        return out
+
+    def matmul_all_reduce(self, out, A, B, async_op: bool = False, config=None):
+        """``out = sum over ranks of A @ B`` (row-parallel linear layer): ``A (M, K)``, ``out (M, N)``.
+
+        Fused: partial tiles are reduced by an owner rank each (two-shot) while the GEMM
+        goes on; the owner sums every rank's partial in fp32 and stores the result everywhere.
+
+        Example:
+            >>> out = ctx.empty(M, N, dtype=torch.bfloat16)
+            >>> ctx.ops.matmul_all_reduce(out, x, w_shard)
+        """
+        key = ("matmul_all_reduce", *self._call_key(out, A, B, async_op, config))
+        self._run(
+            key, lambda: self._plan_gemm_reduce("matmul_all_reduce", out, A, B, False, async_op, config)
+        )
+        return out
+
+    def matmul_reduce_scatter(self, out, A, B, async_op: bool = False, config=None):
+        """``out`` = row block ``rank`` of ``sum over ranks of A @ B``: ``A (world*M, K)``, ``out (M, N)``.
+
+        Fused: rank ``r`` reduces row block ``r`` tile by tile as the ranks' partial tiles finish.
+
+        Example:
+            >>> out = ctx.empty(M // world, N, dtype=torch.bfloat16)
+            >>> ctx.ops.matmul_reduce_scatter(out, x, w_shard)
+        """
+        key = ("matmul_reduce_scatter", *self._call_key(out, A, B, async_op, config))
+        self._run(
+            key, lambda: self._plan_gemm_reduce("matmul_reduce_scatter", out, A, B, True, async_op, config)
+        )
+        return out
+
+    # ------------------------------------------------------------------ plans
+    def _call_key(self, out, A, B, async_op, config) -> tuple:
+        tensors = tuple(_tensor_key(t) for t in (out, A, B))
+        return (*tensors, bool(async_op), config, self._ctx.tracing.enabled)
+
+    def _run(self, key, build):
+        steps = self._plans.get(key)
+        if steps is None:
+            steps = self._plans[key] = build()
+        for step in steps:
+            step()
+
+    def _plan_matmul_all_gather(self, out, A, B, dim, async_op, config):
         ctx = self._ctx
         rank, world = ctx.get_rank(), ctx.get_num_ranks()
         M, K, N = _gemm_dims("matmul_all_gather", A, B)
@@ -103,129 +170,125 @@ class Ops:
             variant = "workgroup_specialized"
         num_sms = ctx.get_cu_count()
         heap_bases = ctx.get_heap_bases()
-        even_k = K % cfg.block_k == 0
         tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
-        ws = SimpleNamespace(
-            flags=self._flags("tile", tiles), entry=self._flags("entry", world), epoch=self._bump()
-        )
-        gemm = dict(
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, EVEN_K=even_k,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )  # fmt: skip
+        flags, entry, epoch = self._flags("tile", tiles), self._flags("entry", world), self._epoch_counter()
+        gemm = _gemm_options(cfg, K)
+        steps = [lambda: epoch.add_(1)]
         if variant in ("unfused", "bulk_synchronous"):
             if variant == "unfused":
-                _matmul_into(A, B, block)
+                steps.append(lambda: _matmul_into(A, B, block))
             else:
-                matmul_kernel[(min(num_sms, tiles),)](
-                    A, B, block, M, N, K, *A.stride(), *B.stride(), *block.stride(), heap_bases, **gemm
-                )
-            all_scatter_kernel[(num_sms,)](
-                block, ws.entry, ws.epoch, M, N, *block.stride(), rank, world, heap_bases,
-                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, COMM_ROWS=cfg.comm_rows, num_warps=cfg.num_warps,
-            )  # fmt: skip
+                steps.append(PreparedLaunch(
+                    matmul_kernel, (min(num_sms, tiles),),
+                    (A, B, block, M, N, K, *A.stride(), *B.stride(), *block.stride(), heap_bases), gemm,
+                ))  # fmt: skip
+            steps.append(PreparedLaunch(
+                all_scatter_kernel, (num_sms,),
+                (block, entry, epoch, M, N, *block.stride(), rank, world, heap_bases),
+                dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, COMM_ROWS=cfg.comm_rows,
+                     num_warps=cfg.num_warps),
+            ))  # fmt: skip
         elif variant == "fused_sequential":
-            fused_sequential_kernel[(min(num_sms, tiles),)](
-                A, B, block, ws.entry, ws.epoch, M, N, K, *A.stride(), *B.stride(), *block.stride(),
-                rank, world, heap_bases, **gemm,
-            )  # fmt: skip
+            steps.append(PreparedLaunch(
+                fused_sequential_kernel, (min(num_sms, tiles),),
+                (A, B, block, entry, epoch, M, N, K, *A.stride(), *B.stride(), *block.stride(),
+                 rank, world, heap_bases), gemm,
+            ))  # fmt: skip
         else:
             comm = min(cfg.comm_sms, num_sms - 1)
             args = (
-                A, B, block, ws.flags, ws.entry, ws.epoch, M, N, K, *A.stride(), *B.stride(), *block.stride(),
+                A, B, block, flags, entry, epoch, M, N, K, *A.stride(), *B.stride(), *block.stride(),
                 rank, world, heap_bases,
             )  # fmt: skip
             if variant == "workgroup_specialized":
-                workgroup_specialized_kernel[(num_sms,)](
-                    *args, num_sms - comm, ROLE=BOTH, COMM_ROWS=cfg.comm_rows, **gemm
-                )
+                steps.append(PreparedLaunch(
+                    workgroup_specialized_kernel, (num_sms,), (*args, num_sms - comm),
+                    dict(ROLE=BOTH, COMM_ROWS=cfg.comm_rows, **gemm),
+                ))  # fmt: skip
             else:
-                self._producer_consumer(args, num_sms - comm, comm, dict(COMM_ROWS=cfg.comm_rows, **gemm))
+                steps += self._producer_consumer(
+                    args, num_sms - comm, comm, dict(COMM_ROWS=cfg.comm_rows, **gemm)
+                )
+        # Peers store into this rank's out: only a barrier tells that they are done.
         if not async_op:
-            ctx.device_barrier()
-        return out
+            steps.append(ctx.device_barrier)
+        return steps
 
-    def all_gather_matmul(self, out, A, B, async_op: bool = False, config=None):
-        """``out = all_gather(A) @ B``: ``A (M, K)`` is this rank's row shard, ``out`` is ``(world*M, N)``.
-
-        Fused: some programs push this rank's shard to every peer while the others
-        multiply, own rows first, then each peer's rows as they land.
-
-        Example:
-            >>> out = ctx.empty(world * M, N, dtype=torch.bfloat16)
-            >>> ctx.ops.all_gather_matmul(out, x_shard, w)
-        """
+    def _plan_all_gather_matmul(self, out, A, B, async_op, config):
         ctx = self._ctx
         rank, world = ctx.get_rank(), ctx.get_num_ranks()
         M, K, N = _gemm_dims("all_gather_matmul", A, B)
         _check_out("all_gather_matmul", out, (world * M, N), A, ctx, symmetric=False)
-        cfg, variant = self._plan(config, world * M, N, K)
+        cfg, variant = self._plan(config, world * M, N, K, "all_gather_matmul")
         if variant not in ("fused", "unfused"):
             raise ValueError(
                 f"iris.ops.all_gather_matmul: variant must be auto, fused or unfused, got {variant!r}"
             )
+        if variant == "unfused" or world == 1:
+            # Its own buffer: ctx.ccl's handshake guards it, not the fused path's flags.
+            gathered = self._buffer("gathered_unfused", (world * M, K), A.dtype)
+            shard = A if A.is_contiguous() else A.contiguous()
+            return [lambda: ctx.ccl.all_gather(gathered, shard), lambda: _matmul_into(gathered, B, out)]
         gathered = self._buffer("gathered", (world * M, K), A.dtype)
-        if variant == "unfused":
-            if world > 1:
-                _all_gather(ctx, gathered, A.contiguous())
-            else:
-                gathered.copy_(A)
-            _matmul_into(gathered, B, out)
-        else:
-            a_shard = A if A.stride() == gathered.stride() else A.contiguous()
-            chunks = triton.cdiv(M, cfg.block_m)
-            ws = SimpleNamespace(flags=self._flags("chunk", world * chunks), epoch=self._bump())
-            num_sms = ctx.get_cu_count()
-            comm = min(cfg.comm_sms, num_sms - 1) if world > 1 else 0
-            all_gather_matmul_kernel[(num_sms,)](
-                a_shard, gathered, B, out, ws.flags, ws.epoch, M, N, K, *a_shard.stride(), *B.stride(),
-                *out.stride(), rank, world, ctx.get_heap_bases(), comm,
-                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-                EVEN_K=K % cfg.block_k == 0, COMM_K=cfg.block_k, num_warps=cfg.num_warps,
-                num_stages=cfg.num_stages,
-            )  # fmt: skip
+        a_shard = A if A.stride() == gathered.stride() else A.contiguous()
+        chunks = triton.cdiv(M, cfg.block_m)
+        num_sms = ctx.get_cu_count()
+        comm = min(cfg.comm_sms, num_sms - 1)
+        # Enough K slices per row block for every pusher to have one (at most one per COMM_K step).
+        parts = max(1, min(triton.cdiv(comm, chunks * (world - 1)), triton.cdiv(K, cfg.block_k)))
+        flags, epoch = self._flags("chunk", world * chunks * parts), self._epoch_counter()
+        steps = [lambda: epoch.add_(1)]
+        if a_shard is not A:
+            steps.append(lambda: a_shard.copy_(A))
+        steps.append(PreparedLaunch(
+            all_gather_matmul_kernel, (num_sms,),
+            (a_shard, gathered, B, out, flags, epoch, M, N, K, *a_shard.stride(), *B.stride(),
+             *out.stride(), rank, world, ctx.get_heap_bases(), comm, parts),
+            dict(COMM_K=cfg.block_k, **_gemm_options(cfg, K)),
+        ))  # fmt: skip
         if not async_op:
-            ctx.device_barrier()
-        return out
+            steps.append(ctx.device_barrier)
+        return steps
 
-    def matmul_all_reduce(self, out, A, B, async_op: bool = False, config=None):
-        """``out = sum over ranks of A @ B`` (row-parallel linear layer): ``A (M, K)``, ``out (M, N)``.
-
-        Fused: partial tiles are reduced by an owner rank each (two-shot) while the GEMM
-        goes on; the owner sums every rank's partial in fp32 and stores the result everywhere.
-
-        Example:
-            >>> out = ctx.empty(M, N, dtype=torch.bfloat16)
-            >>> ctx.ops.matmul_all_reduce(out, x, w_shard)
-        """
-        M, K, N = _gemm_dims("matmul_all_reduce", A, B)
-        _check_out("matmul_all_reduce", out, (M, N), A, self._ctx, symmetric=True)
-        return self._gemm_reduce("matmul_all_reduce", out, A, B, M, N, K, False, async_op, config)
-
-    def matmul_reduce_scatter(self, out, A, B, async_op: bool = False, config=None):
-        """``out`` = row block ``rank`` of ``sum over ranks of A @ B``: ``A (world*M, K)``, ``out (M, N)``.
-
-        Fused: rank ``r`` reduces row block ``r`` tile by tile as the ranks' partial tiles finish.
-
-        Example:
-            >>> out = ctx.empty(M // world, N, dtype=torch.bfloat16)
-            >>> ctx.ops.matmul_reduce_scatter(out, x, w_shard)
-        """
-        world = self._ctx.get_num_ranks()
-        total_rows, K, N = _gemm_dims("matmul_reduce_scatter", A, B)
-        if total_rows % world:
-            raise ValueError(
-                f"iris.ops.matmul_reduce_scatter: A has {total_rows} rows, not a multiple of {world} ranks"
-            )
-        M = total_rows // world
-        _check_out("matmul_reduce_scatter", out, (M, N), A, self._ctx, symmetric=False)
-        return self._gemm_reduce("matmul_reduce_scatter", out, A, B, M, N, K, True, async_op, config)
+    def _plan_gemm_reduce(self, name, out, A, B, scatter, async_op, config):
+        ctx = self._ctx
+        rank, world = ctx.get_rank(), ctx.get_num_ranks()
+        total_rows, K, N = _gemm_dims(name, A, B)
+        if scatter and total_rows % world:
+            raise ValueError(f"iris.ops.{name}: A has {total_rows} rows, not a multiple of {world} ranks")
+        M = total_rows // world if scatter else total_rows
+        _check_out(name, out, (M, N), A, ctx, symmetric=not scatter)
+        cfg, variant = self._plan(config, total_rows, N, K)
+        if variant not in ("fused", "unfused"):
+            raise ValueError(f"iris.ops.{name}: variant must be auto, fused or unfused, got {variant!r}")
+        partial = self._buffer("partial", (total_rows, N), out.dtype)
+        if world == 1:
+            return [lambda: _matmul_into(A, B, out)]
+        if variant == "unfused":
+            # ctx.ccl's collectives finish like NCCL's: this rank's out is complete and
+            # nobody reads this rank's partial any more, so no barrier has to follow.
+            collective = ctx.ccl.reduce_scatter if scatter else ctx.ccl.all_reduce
+            return [lambda: _matmul_into(A, B, partial), lambda: collective(out, partial)]
+        tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
+        counters = self._flags("reduce", tiles)
+        num_sms = ctx.get_cu_count()
+        comm = min(cfg.comm_sms, num_sms - 1)
+        steps = [PreparedLaunch(
+            gemm_reduce_kernel, (num_sms,),
+            (A, B, partial, out, counters, M, N, K, *A.stride(), *B.stride(), *partial.stride(),
+             *out.stride(), rank, world, ctx.get_heap_bases(), num_sms - comm),
+            dict(COMM_ROWS=cfg.comm_rows, SCATTER=scatter, **_gemm_options(cfg, K)),
+        )]  # fmt: skip
+        if not async_op:
+            steps.append(ctx.device_barrier)
+        return steps
 
     # ------------------------------------------------------------------ internals
-    def _plan(self, config, rows, cols, k):
+    def _plan(self, config, rows, cols, k, op=None):
         ctx = self._ctx
         backend, world, num_sms = _iris_config.BACKEND, ctx.get_num_ranks(), ctx.get_cu_count()
         cfg = config if config is not None else default_config(backend, rows, cols, k, world, num_sms)
-        return cfg, choose_variant(cfg, backend, rows, cols, k, world, num_sms)
+        return cfg, choose_variant(cfg, backend, rows, cols, k, world, num_sms, op)
 
     def _buffer(self, name, shape, dtype):
         numel = shape[0] * shape[1]
@@ -245,62 +308,37 @@ class Ops:
             self._ctx.barrier()
         return flags
 
-    def _bump(self):
-        # One epoch for every epoch-valued flag. The increment is queued on the stream
-        # before the kernel (so CUDA graph replays bump it too) and every rank makes
-        # the same calls, so the ranks' epochs agree.
+    def _epoch_counter(self):
+        # One epoch for every epoch-valued flag, bumped by the first step of each call's
+        # plan: queued on the stream before the kernel (so CUDA graph replays bump it
+        # too), and every rank makes the same calls, so the ranks' epochs agree.
         if self._epoch is None:
             self._epoch = self._ctx.zeros(1, dtype=torch.int32)
-        self._epoch.add_(1)
         return self._epoch
 
-    def _gemm_reduce(self, name, out, A, B, M, N, K, scatter, async_op, config):
-        ctx = self._ctx
-        rank, world = ctx.get_rank(), ctx.get_num_ranks()
-        total_rows = world * M if scatter else M
-        cfg, variant = self._plan(config, total_rows, N, K)
-        if variant not in ("fused", "unfused"):
-            raise ValueError(f"iris.ops.{name}: variant must be auto, fused or unfused, got {variant!r}")
-        partial = self._buffer("partial", (total_rows, N), out.dtype)
-        if variant == "unfused" or world == 1:
-            _matmul_into(A, B, partial)
-            if world == 1:
-                out.copy_(partial)
-            elif scatter:
-                _reduce_scatter(ctx, out, partial)
-            else:
-                _all_reduce(ctx, out, partial)
-        else:
-            tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
-            counters = self._flags("reduce", tiles)
-            num_sms = ctx.get_cu_count()
-            comm = min(cfg.comm_sms, num_sms - 1)
-            gemm_reduce_kernel[(num_sms,)](
-                A, B, partial, out, counters, M, N, K, *A.stride(), *B.stride(), *partial.stride(),
-                *out.stride(), rank, world, ctx.get_heap_bases(), num_sms - comm,
-                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-                EVEN_K=K % cfg.block_k == 0, COMM_ROWS=cfg.comm_rows, SCATTER=scatter,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-            )  # fmt: skip
-        if not async_op:
-            ctx.device_barrier()
-        return out
-
     def _producer_consumer(self, args, gemm_programs, comm_programs, common):
-        ctx = self._ctx
+        producer = PreparedLaunch(
+            workgroup_specialized_kernel, (gemm_programs,), (*args, 0), dict(ROLE=PRODUCER, **common)
+        )
+        consumer = PreparedLaunch(
+            workgroup_specialized_kernel, (comm_programs,), (*args, 0), dict(ROLE=CONSUMER, **common)
+        )
         if _iris_config.BACKEND != "cuda":
             # The interpreter runs launches one after another: producer first, then its consumer.
-            workgroup_specialized_kernel[(gemm_programs,)](*args, 0, ROLE=PRODUCER, **common)
-            workgroup_specialized_kernel[(comm_programs,)](*args, 0, ROLE=CONSUMER, **common)
-            return
+            return [producer, consumer]
         if self._side_stream is None:
-            self._side_stream = torch.cuda.Stream(device=ctx.get_device())
-        main, side = torch.cuda.current_stream(), self._side_stream
-        side.wait_stream(main)  # the consumer must not see flags or data of work queued before
-        workgroup_specialized_kernel[(gemm_programs,)](*args, 0, ROLE=PRODUCER, **common)
-        with torch.cuda.stream(side):
-            workgroup_specialized_kernel[(comm_programs,)](*args, 0, ROLE=CONSUMER, **common)
-        main.wait_stream(side)
+            self._side_stream = torch.cuda.Stream(device=self._ctx.get_device())
+        side = self._side_stream
+
+        def run():
+            main = torch.cuda.current_stream()
+            side.wait_stream(main)  # the consumer must not see flags or data of work queued before
+            producer()
+            with torch.cuda.stream(side):
+                consumer()
+            main.wait_stream(side)
+
+        return [run]
 
 
 def _gemm_dims(name, A, B):
@@ -337,31 +375,14 @@ def _matmul_into(A, B, out):
         out.copy_(A @ B)
 
 
-def _ccl(ctx):
-    # ctx.ccl (device collectives on the heap) when this build has it, else torch.distributed.
-    return getattr(ctx, "ccl", None)
+def _gemm_options(cfg, K) -> dict:
+    return dict(
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+        EVEN_K=K % cfg.block_k == 0, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
 
 
-def _all_gather(ctx, out, inp):
-    ccl = _ccl(ctx)
-    if ccl is not None and ctx.is_symmetric(inp):
-        ccl.all_gather(out, inp)
-    else:
-        dist.all_gather_into_tensor(out, inp)
-
-
-def _all_reduce(ctx, out, inp):
-    ccl = _ccl(ctx)
-    if ccl is not None:
-        ccl.all_reduce(out, inp)
-    else:
-        out.copy_(inp)
-        dist.all_reduce(out)
-
-
-def _reduce_scatter(ctx, out, inp):
-    ccl = _ccl(ctx)
-    if ccl is not None:
-        ccl.reduce_scatter(out, inp)
-    else:
-        dist.reduce_scatter_tensor(out, inp)
+def _tensor_key(t) -> tuple:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"iris.ops: expected torch.Tensor arguments, got {type(t).__name__}")
+    return (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device)

@@ -2,7 +2,9 @@
 
 Each rank holds a row shard ``A_r`` (``rows x K``). The first ``COMM_PROGRAMS``
 programs push this rank's shard, ``BLOCK_M`` rows at a time, into every peer's
-gather buffer and raise the matching flag there; the other programs compute the
+gather buffer and raise the matching flag there (a row block goes in ``PARTS``
+slices of ``K``, each with its own flag, so that few row blocks still keep every
+pusher busy); the other programs compute the
 output tile by tile, own shard first (read in place, nothing to wait for), then
 each peer's row blocks as their flags rise.
 
@@ -41,6 +43,7 @@ def all_gather_matmul_kernel(
     world_size,
     heap_bases,
     COMM_PROGRAMS,
+    PARTS,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -52,7 +55,7 @@ def all_gather_matmul_kernel(
 
     Example:
         >>> all_gather_matmul_kernel[(num_sms,)](a, gathered, b, out, flags, epoch, M, N, K,
-        ...     *a.stride(), *b.stride(), *out.stride(), rank, world, ctx.get_heap_bases(), 16,
+        ...     *a.stride(), *b.stride(), *out.stride(), rank, world, ctx.get_heap_bases(), 16, 1,
         ...     128, 256, 64, 8, K % 64 == 0, 64)
     """
     epoch = tl.load(epoch_ptr)
@@ -60,19 +63,30 @@ def all_gather_matmul_kernel(
     pid = tl.program_id(0)
     if pid < COMM_PROGRAMS:
         # Pushers come first: the computing programs wait for them, never the other way round.
+        # Work unit = (chunk, peer, part of K), chunk-major (the order the GEMM needs
+        # them), so that every pusher has work even when there are few chunks.
         rk = tl.arange(0, COMM_K)
-        for c in range(pid, chunks, COMM_PROGRAMS):
+        k_steps = tl.cdiv(tl.cdiv(K, COMM_K), PARTS) * COMM_K
+        per_chunk = (world_size - 1) * PARTS
+        for u in range(pid, chunks * per_chunk, COMM_PROGRAMS):
+            c = u // per_chunk
+            peer = (cur_rank + 1 + (u % per_chunk) // PARTS) % world_size
+            part = u % PARTS
             rm = c * BLOCK_M + tl.arange(0, BLOCK_M)
-            for i in range(1, world_size):
-                peer = (cur_rank + i) % world_size
-                for k0 in range(0, K, COMM_K):
-                    mask = (rm[:, None] < rows) & ((k0 + rk)[None, :] < K)
-                    src = rm[:, None] * stride_am + (k0 + rk)[None, :] * stride_ak
-                    dst = (cur_rank * rows + rm)[:, None] * stride_am + (k0 + rk)[None, :] * stride_ak
-                    rma.put(a_shard + src, gathered + dst, cur_rank, peer, heap_bases, mask=mask, pid_m=c)
-                rma.signal(
-                    flags + cur_rank * chunks + c, epoch, cur_rank, peer, heap_bases, op="set", pid_m=c
-                )
+            for k0 in range(part * k_steps, tl.minimum(K, (part + 1) * k_steps), COMM_K):
+                mask = (rm[:, None] < rows) & ((k0 + rk)[None, :] < K)
+                src = rm[:, None] * stride_am + (k0 + rk)[None, :] * stride_ak
+                dst = (cur_rank * rows + rm)[:, None] * stride_am + (k0 + rk)[None, :] * stride_ak
+                rma.put(a_shard + src, gathered + dst, cur_rank, peer, heap_bases, mask=mask, pid_m=c)
+            rma.signal(
+                flags + (cur_rank * chunks + c) * PARTS + part,
+                epoch,
+                cur_rank,
+                peer,
+                heap_bases,
+                op="set",
+                pid_m=c,
+            )
     else:
         gemm_programs = tl.num_programs(0) - COMM_PROGRAMS
         tiles_n = tl.cdiv(N, BLOCK_N)
@@ -84,14 +98,15 @@ def all_gather_matmul_kernel(
             if source == cur_rank:
                 a_rows = a_shard
             else:
-                rma.wait_until(
-                    flags + source * chunks + pid_m,
-                    "ge",
-                    epoch,
-                    heap_bases=heap_bases,
-                    pid_m=pid_m,
-                    pid_n=pid_n,
-                )
+                for part in range(PARTS):
+                    rma.wait_until(
+                        flags + (source * chunks + pid_m) * PARTS + part,
+                        "ge",
+                        epoch,
+                        heap_bases=heap_bases,
+                        pid_m=pid_m,
+                        pid_n=pid_n,
+                    )
                 a_rows = gathered + source * rows * stride_am
             acc = traced_tile_gemm(
                 a_rows,

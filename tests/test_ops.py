@@ -259,3 +259,36 @@ def _default(ctx, m, n, k, variant):
 def test_gpu_default_configs_match_torch(multi_world, dtype):
     for errors in multi_world.run(_gpu_default_body, dtype):
         assert max(errors.values()) < 1e-2, errors
+
+
+def _replay_body(rank, world_size):
+    # The same tensors refilled in place: the second call replays the first call's
+    # recorded plan (prepared launches), including the copy of a non-contiguous A.
+    dtype = torch.bfloat16
+    with iris.iris(1 << 24) as ctx:
+        a = ctx.empty(M, K, dtype=dtype)
+        a_t = ctx.empty(K, M, dtype=dtype).t()  # non-contiguous row shard
+        b = ctx.empty(K, N, dtype=dtype)
+        gathered_out = ctx.full((world_size * M, N), float("nan"), dtype=dtype)
+        reduced_out = ctx.full((M, N), float("nan"), dtype=dtype)
+        errors = []
+        for call in range(2):
+            generator = torch.Generator().manual_seed(500 * call + rank)
+            for tensor in (a, a_t, b):
+                tensor.copy_(torch.randn(tensor.shape, generator=generator).to(dtype))
+            ctx.ops.all_gather_matmul(gathered_out, a_t, b, config=_config("unfused"))
+            ctx.ops.matmul_all_reduce(reduced_out, a, b, config=_config("fused"))
+            ctx.barrier()
+            shards = torch.empty(world_size * M, K)
+            dist.all_gather_into_tensor(shards, a_t.float().cpu().contiguous())
+            errors.append(_relative_error(gathered_out, shards @ b.float().cpu()))
+            total = a.float().cpu() @ b.float().cpu()
+            dist.all_reduce(total)
+            errors.append(_relative_error(reduced_out, total))
+            ctx.barrier()
+        return errors
+
+
+def test_repeated_calls_replay_their_plan_with_new_values(multi_world):
+    for errors in multi_world.run(_replay_body):
+        assert max(errors) < 1e-2, errors

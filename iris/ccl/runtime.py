@@ -23,6 +23,8 @@ PHASES = 3
 #: Groups whose collectives can be in use at once (slot 0 is the whole world).
 GROUP_SLOTS = 16
 
+#: Prepared launches kept (oldest dropped first); each holds its tensors.
+MAX_LAUNCHES = 256
 #: Most bytes a staged collective stages (see ``iris.ccl.staged``); capped at heap_size / 64.
 STAGING_BYTES = 1 << 20
 
@@ -126,6 +128,10 @@ class Runtime:
         all of them) and returns ``(kernel, grid, args, num_warps)``.
         """
         if key not in self._launches:
+            # A launch holds its tensors: keep only the latest few, so fresh tensors on
+            # every call do not pin memory forever.
+            while len(self._launches) >= MAX_LAUNCHES:
+                self._launches.pop(next(iter(self._launches)))
             kernel, grid, args, num_warps = prepare()
             self._launches[key] = PreparedLaunch(kernel, grid, args, {"num_warps": num_warps})
 

@@ -56,6 +56,8 @@ from .reduce import gemm_reduce_kernel
 __all__ = ["FusedConfig", "Ops", "choose_variant", "default_config"]
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: Recorded plans kept per context (oldest dropped first).
+MAX_PLANS = 64
 
 
 class Ops:
@@ -152,6 +154,10 @@ class Ops:
     def _run(self, key, build):
         steps = self._plans.get(key)
         if steps is None:
+            # A plan holds its tensors: keep only the latest few so fresh tensors every
+            # call (a training loop's activations) do not pin memory forever.
+            while len(self._plans) >= MAX_PLANS:
+                self._plans.pop(next(iter(self._plans)))
             steps = self._plans[key] = build()
         for step in steps:
             step()
@@ -227,8 +233,11 @@ class Ops:
         if variant == "unfused" or world == 1:
             # Its own buffer: ctx.ccl's handshake guards it, not the fused path's flags.
             gathered = self._buffer("gathered_unfused", (world * M, K), A.dtype)
-            shard = A if A.is_contiguous() else A.contiguous()
-            return [lambda: ctx.ccl.all_gather(gathered, shard), lambda: _matmul_into(gathered, B, out)]
+            steps = [lambda: ctx.ccl.all_gather(gathered, A), lambda: _matmul_into(gathered, B, out)]
+            if not A.is_contiguous():
+                shard = torch.empty_like(A, memory_format=torch.contiguous_format)
+                steps = [lambda: shard.copy_(A), lambda: ctx.ccl.all_gather(gathered, shard), steps[1]]
+            return steps
         gathered = self._buffer("gathered", (world * M, K), A.dtype)
         a_shard = A if A.stride() == gathered.stride() else A.contiguous()
         chunks = triton.cdiv(M, cfg.block_m)

@@ -10,7 +10,6 @@ one synchronisation, and ``out`` may live anywhere.
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
@@ -57,8 +56,7 @@ def all_gather(runtime, out, inp, group=None, config=None) -> None:
     def prepare():
         ctx = runtime.ctx
         errors: list[str] = []
-        nbytes = inp.numel() * inp.element_size() if isinstance(inp, torch.Tensor) else 0
-        staging = runtime.staging(state, nbytes)
+        staging = runtime.staging(state, inp)
         usable = check_tensor(errors, ctx, out, "out", COPYABLE_DTYPES, on_heap=staging is None)
         usable &= check_tensor(errors, ctx, inp, "inp", COPYABLE_DTYPES, on_heap=False)
         if usable:
@@ -70,8 +68,7 @@ def all_gather(runtime, out, inp, group=None, config=None) -> None:
                     f"{state.size} x inp.numel() = {state.size * inp.numel()}"
                 )
             check_disjoint(errors, out, inp, "out and inp")
-        where_out = describe_tensor(out, ctx) if staging is None else describe_tensor(out, ctx)[:2]
-        signature = (where_out, describe_tensor(inp, ctx)[:2], config)
+        signature = (describe_tensor(out, ctx, staging is None), describe_tensor(inp, ctx, False), config)
         runtime.agree(state, signature, errors, "all_gather")
         if staging is not None:
             return staged_launch(runtime, state, "all_gather", out, inp, inp.numel(), staging, config)

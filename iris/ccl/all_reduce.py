@@ -255,7 +255,7 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
         ctx = runtime.ctx
         errors: list[str] = []
         inp_on_heap, out_on_heap = ON_HEAP[variant]
-        staging = runtime.staging(state, nbytes) if variant == "one_shot" else None
+        staging = runtime.staging(state, inp) if variant == "one_shot" else None
         inp_on_heap &= staging is None
         usable = check_tensor(errors, ctx, out, "out", REDUCIBLE_DTYPES, on_heap=out_on_heap)
         usable &= check_tensor(errors, ctx, inp, "inp", REDUCIBLE_DTYPES, on_heap=inp_on_heap)
@@ -269,8 +269,13 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
                 errors.append(f"the atomic variant only sums, not {op.name}")
             if variant == "atomic" and inp.dtype not in ATOMIC_DTYPES:
                 errors.append(f"the atomic variant adds fp32 or int32, not {inp.dtype}; pick another variant")
-        where_inp = describe_tensor(inp, ctx) if staging is None else describe_tensor(inp, ctx)[:2]
-        signature = (describe_tensor(out, ctx), where_inp, variant, op, config)
+        signature = (
+            describe_tensor(out, ctx),
+            describe_tensor(inp, ctx, staging is None),
+            variant,
+            op,
+            config,
+        )
         runtime.agree(state, signature, errors, "all_reduce")
         block = config.block_for(inp.element_size())
         if staging is not None:

@@ -86,7 +86,7 @@ def all_to_all(runtime, out, inp, group=None, config=None) -> None:
                 rows = inp.shape[0] if inp.dim() == 2 else 1
                 cols = inp.shape[-1] // state.size
             check_disjoint(errors, out, inp, "out and inp")
-        signature = (describe_tensor(out, ctx), describe_tensor(inp, ctx)[:2], config)
+        signature = (describe_tensor(out, ctx), describe_tensor(inp, ctx, False), config)
         runtime.agree(state, signature, errors, "all_to_all")
         # A 1-D tensor is one row: give its tile all the width.
         block_m, block_n = (

@@ -11,7 +11,6 @@ be on the heap, except up to the staging capacity, where the call is staged
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
@@ -70,13 +69,13 @@ def broadcast(runtime, tensor, src: int = 0, group=None, config=None) -> None:
     def prepare():
         ctx = runtime.ctx
         errors: list[str] = []
-        nbytes = tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
-        staging = runtime.staging(state, nbytes)
+        staging = runtime.staging(state, tensor)
         check_tensor(errors, ctx, tensor, "tensor", COPYABLE_DTYPES, on_heap=staging is None)
         if src not in state.members:
             errors.append(f"src={src} is not a member of the group {list(state.members)}")
-        where = describe_tensor(tensor, ctx) if staging is None else describe_tensor(tensor, ctx)[:2]
-        runtime.agree(state, (where, src, config), errors, "broadcast")
+        runtime.agree(
+            state, (describe_tensor(tensor, ctx, staging is None), src, config), errors, "broadcast"
+        )
         src_index = state.members.index(src)
         if staging is not None:
             n = tensor.numel()

@@ -11,7 +11,6 @@ reaches block ``i`` of every peer, because heap translation keeps the offset.
 
 from __future__ import annotations
 
-import torch
 import triton
 
 from .all_reduce import one_shot_kernel
@@ -29,8 +28,7 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> None:
     def prepare():
         ctx = runtime.ctx
         errors: list[str] = []
-        nbytes = inp.numel() * inp.element_size() if isinstance(inp, torch.Tensor) else 0
-        staging = runtime.staging(state, nbytes)
+        staging = runtime.staging(state, inp)
         usable = check_tensor(errors, ctx, out, "out", REDUCIBLE_DTYPES, on_heap=False)
         usable &= check_tensor(errors, ctx, inp, "inp", REDUCIBLE_DTYPES, on_heap=staging is None)
         if usable:
@@ -42,8 +40,7 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> None:
                     f"{state.size} x out.numel() = {state.size * out.numel()}"
                 )
             check_disjoint(errors, out, inp, "out and inp")
-        where_inp = describe_tensor(inp, ctx) if staging is None else describe_tensor(inp, ctx)[:2]
-        signature = (describe_tensor(out, ctx)[:2], where_inp, op, config)
+        signature = (describe_tensor(out, ctx, False), describe_tensor(inp, ctx, staging is None), op, config)
         runtime.agree(state, signature, errors, "reduce_scatter")
         if staging is not None:
             return staged_launch(runtime, state, "reduce_scatter", out, inp, out.numel(), staging, config, op)

@@ -70,10 +70,11 @@ class Runtime:
         #: Staged calls so far and programs done with the current one (``staged_kernel``).
         self.staged_calls = torch.zeros(2, dtype=torch.int32, device=ctx.device)
 
-    def staging(self, state: Group, nbytes: int) -> torch.Tensor | None:
+    def staging(self, state: Group, tensor) -> torch.Tensor | None:
         """The two staging halves of small collectives (:mod:`iris.ccl.staged`), or None if they do not apply.
 
-        Only the whole-world group stages: its first staged call allocates the halves
+        ``tensor`` is what a member stages (a non-tensor counts as empty: the argument
+        checks report it). Only the whole-world group stages: its first staged call allocates the halves
         on every rank at once, keeping the heap symmetric (a subgroup's call would not).
         """
         if state.process_group is not None:
@@ -81,6 +82,7 @@ class Runtime:
         if self._staging is None:
             half = min(STAGING_BYTES, self.ctx.heap_size // 64) // 256 * 256
             self._staging = self.ctx.zeros(2 * half, dtype=torch.uint8)
+        nbytes = tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
         return self._staging if nbytes <= self._staging.numel() // 2 else None
 
     def group(self, process_group) -> Group:
@@ -162,8 +164,11 @@ class Runtime:
             raise CollectiveError(f"iris.ccl.{what}: " + "; ".join(problems))
 
 
-def describe_tensor(tensor: torch.Tensor, ctx) -> tuple:
-    """What must match across ranks about ``tensor``: shape, dtype and heap offset (or None)."""
+def describe_tensor(tensor: torch.Tensor, ctx, placed: bool = True) -> tuple:
+    """What must match across ranks about ``tensor``: shape, dtype and, if peers reach it
+    (``placed``), its heap offset (or None)."""
+    if not placed:
+        return (tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""))
     offset = ctx.heap.offset_of(tensor) if ctx.is_symmetric(tensor) else None
     return (tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""), offset)
 

@@ -61,8 +61,9 @@ def staged_kernel(
     ``src_index`` is the broadcasting member's index (unused by the other modes).
 
     Example:
-        >>> staged_kernel[(programs,)](out, inp, n, 0, *runtime.group_args(state), BLOCK=4096,
-        ...     OP="sum", *runtime.staging_args(staging, inp.dtype), MODE="all_gather")
+        >>> kernel, grid, args, num_warps = staged_launch(runtime, state, "all_gather", out, inp,
+        ...                                               inp.numel(), staging, config)
+        >>> kernel[grid](*args, num_warps=num_warps)
     """
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -123,7 +124,7 @@ def staged_launch(runtime, state, mode: str, out, inp, n: int, staging, config, 
     """``(kernel, grid, args, num_warps)`` of a staged ``mode`` call, for ``Runtime.prepare``.
 
     Example:
-        >>> staging = runtime.staging(state, inp.numel() * inp.element_size())
+        >>> staging = runtime.staging(state, inp)
         >>> staged_launch(runtime, state, "all_gather", out, inp, inp.numel(), staging, config)
     """
     block = config.block_for(inp.element_size())

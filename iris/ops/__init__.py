@@ -171,7 +171,7 @@ class Ops:
         expected = (world * M, N) if dim == 0 else (M, world * N)
         _check_out("matmul_all_gather", out, expected, A, ctx, symmetric=True)
         block = out.narrow(dim, rank * (M if dim == 0 else N), M if dim == 0 else N)
-        cfg, variant = self._plan(config, M, N, K)
+        cfg, variant = self._config_and_variant(config, M, N, K)
         if variant == "fused":
             variant = "workgroup_specialized"
         num_sms = ctx.get_cu_count()
@@ -225,7 +225,7 @@ class Ops:
         rank, world = ctx.get_rank(), ctx.get_num_ranks()
         M, K, N = _gemm_dims("all_gather_matmul", A, B)
         _check_out("all_gather_matmul", out, (world * M, N), A, ctx, symmetric=False)
-        cfg, variant = self._plan(config, world * M, N, K, "all_gather_matmul")
+        cfg, variant = self._config_and_variant(config, world * M, N, K, "all_gather_matmul")
         if variant not in ("fused", "unfused"):
             raise ValueError(
                 f"iris.ops.all_gather_matmul: variant must be auto, fused or unfused, got {variant!r}"
@@ -267,7 +267,7 @@ class Ops:
             raise ValueError(f"iris.ops.{name}: A has {total_rows} rows, not a multiple of {world} ranks")
         M = total_rows // world if scatter else total_rows
         _check_out(name, out, (M, N), A, ctx, symmetric=not scatter)
-        cfg, variant = self._plan(config, total_rows, N, K)
+        cfg, variant = self._config_and_variant(config, total_rows, N, K)
         if variant not in ("fused", "unfused"):
             raise ValueError(f"iris.ops.{name}: variant must be auto, fused or unfused, got {variant!r}")
         partial = self._buffer("partial", (total_rows, N), out.dtype)
@@ -293,7 +293,7 @@ class Ops:
         return steps
 
     # ------------------------------------------------------------------ internals
-    def _plan(self, config, rows, cols, k, op=None):
+    def _config_and_variant(self, config, rows, cols, k, op=None):
         ctx = self._ctx
         backend, world, num_sms = _iris_config.BACKEND, ctx.get_num_ranks(), ctx.get_cu_count()
         cfg = config if config is not None else default_config(backend, rows, cols, k, world, num_sms)

@@ -6,12 +6,18 @@ reduce_scatter's input), both implementations run the same fixed number of
 iterations on every rank (warm-up, barrier, CUDA events, max over ranks):
 
 * eager: ``iters`` back-to-back calls from Python;
-* graph: one CUDA graph holding ``GRAPH_CALLS`` calls, replayed until ``iters`` calls ran.
+* graph: one CUDA graph holding ``GRAPH_CALLS`` calls, replayed until ``iters`` calls ran;
+
+each repeated ``--trials`` times, reporting the median trial (all trials are in the JSON).
 
 Before timing, both run once on the same random inputs with poisoned outputs and
 every element of Iris's result is compared with NCCL's. Bus bandwidth uses the
 nccl-tests factors (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all
-(n-1)/n; broadcast 1). ``--variants`` adds every all_reduce algorithm, eager.
+(n-1)/n; broadcast 1). ``--variants`` adds every all_reduce algorithm, eager;
+``--protocols`` adds Iris with each protocol forced up to 1 MiB, where it
+applies, eager and graph (to place ``Config.low_latency_max_bytes``);
+``--configs`` adds Iris with other launch settings
+(``"comm_sms=32,block_size=8192;comm_sms=64"``), eager.
 
     python -m iris.run -n 4 benchmarks/collectives.py --out benchmarks/results/collectives_h200x4.json
 """
@@ -19,19 +25,21 @@ nccl-tests factors (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 import torch
 import torch.distributed as dist
-from common import all_ranks_agree, time_loop, write_report
+from common import all_ranks_agree, median_of_trials, parse_configs, write_report
 
 import iris
-from iris.ccl import Config
+from iris.ccl import CollectiveError, Config
 
 KIB = 1024
 GRAPH_CALLS = 10
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 VARIANTS = ("one_shot", "two_shot", "ring", "atomic")
+PROTOCOLS = ("low_latency", "staged", "direct")
 
 
 def bus_factor(name: str, world: int) -> float:
@@ -123,14 +131,32 @@ def iterations(nbytes: int, base: int) -> int:
     return base if nbytes <= 16 << 20 else max(5, base * (16 << 20) // nbytes)
 
 
-def measure(ctx, fn, iters: int, graphs: bool) -> dict:
-    result = {"eager_us": time_loop(ctx, fn, iters) * 1e6}
+def measure(ctx, fn, iters: int, graphs: bool, trials: int) -> dict:
+    eager, eager_trials = median_of_trials(ctx, fn, iters, trials)
+    result = {"eager_us": eager * 1e6, "eager_trials_us": [t * 1e6 for t in eager_trials]}
     if graphs:
         graph = graph_of(fn, GRAPH_CALLS)
         replays = max(1, iters // GRAPH_CALLS)
-        result["graph_us"] = time_loop(ctx, graph.replay, replays, warmup=2) * 1e6 / GRAPH_CALLS
+        replay, replay_trials = median_of_trials(ctx, graph.replay, replays, trials, warmup=2)
+        result["graph_us"] = replay * 1e6 / GRAPH_CALLS
+        result["graph_trials_us"] = [t * 1e6 / GRAPH_CALLS for t in replay_trials]
         del graph
     return result
+
+
+def entries(args, name: str, nbytes: int) -> list[tuple[str, Config | None, bool]]:
+    """(label, Iris config or None for NCCL, whether to time graphs too) of one row."""
+    base = Config(comm_sms=args.comm_sms)
+    graphs = not args.no_graphs
+    rows = [("iris", base, graphs), ("nccl", None, graphs)]
+    if args.variants and name == "all_reduce" and nbytes <= 256 << 20:
+        rows += [(f"iris:{v}", dataclasses.replace(base, all_reduce_variant=v), False) for v in VARIANTS]
+    if args.protocols and nbytes <= 1 << 20:
+        rows += [(f"iris:{p}", dataclasses.replace(base, protocol=p), graphs) for p in PROTOCOLS]
+    for fields in args.configs:
+        label = ",".join(f"{k}={v}" for k, v in fields.items())
+        rows.append((f"iris:{label}", dataclasses.replace(base, **fields), False))
+    return rows
 
 
 def main():
@@ -144,13 +170,16 @@ def main():
     )
     parser.add_argument("--collectives", default=",".join(COLLECTIVES))
     parser.add_argument("--variants", action="store_true", help="also time each all_reduce algorithm (eager)")
+    parser.add_argument("--protocols", action="store_true", help="also time each forced protocol up to 1 MiB")
+    parser.add_argument("--configs", type=parse_configs, default=[], help="also time these Config settings")
+    parser.add_argument("--trials", type=int, default=3, help="timed runs per measurement (median reported)")
     parser.add_argument("--no-graphs", action="store_true")
     parser.add_argument("--comm-sms", type=int, default=None)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
     max_bytes = args.max_mib << 20
-    ctx = iris.iris(2 * max_bytes + (64 << 20))
+    ctx = iris.iris(2 * max_bytes + (256 << 20))  # room for full-size low-latency slots
     world = ctx.get_num_ranks()
     dtype = torch.float32
     heap_in = ctx.empty(max_bytes // 4, dtype=dtype)
@@ -164,21 +193,21 @@ def main():
     for name in args.collectives.split(","):
         for nbytes in sizes:
             bufs = buffers(name, nbytes, world, heap_in, heap_out, dtype)
-            entries = [("iris", Config(comm_sms=args.comm_sms)), ("nccl", None)]
-            if args.variants and name == "all_reduce" and nbytes <= 256 << 20:
-                entries += [
-                    (f"iris:{v}", Config(all_reduce_variant=v, comm_sms=args.comm_sms)) for v in VARIANTS
-                ]
             iris_call, nccl_call = calls(ctx, name, *bufs, Config(comm_sms=args.comm_sms))
             ok = all_ranks_agree(check(ctx, name, *bufs, iris_call, nccl_call))
             iters = iterations(nbytes, args.iters)
-            for impl, config in entries:
+            for impl, config, graphs in entries(args, name, nbytes):
                 fn = nccl_call if impl == "nccl" else calls(ctx, name, *bufs, config)[0]
                 if impl.startswith("iris:"):
-                    ok_variant = all_ranks_agree(check(ctx, name, *bufs, fn, nccl_call))
+                    try:
+                        ok_variant = all_ranks_agree(check(ctx, name, *bufs, fn, nccl_call))
+                    except CollectiveError:  # raised on every rank: this protocol cannot run here
+                        torch.cuda.synchronize()
+                        ctx.barrier()
+                        continue
                 else:
                     ok_variant = ok
-                timing = measure(ctx, fn, iters, graphs=not args.no_graphs and ":" not in impl)
+                timing = measure(ctx, fn, iters, graphs, args.trials)
                 row = {
                     "collective": name,
                     "bytes": nbytes,

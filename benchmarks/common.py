@@ -29,6 +29,28 @@ def time_loop(ctx, fn, iters: int, warmup: int = 5) -> float:
     return max(times)
 
 
+def median_of_trials(ctx, fn, iters: int, trials: int, warmup: int = 5) -> tuple[float, list[float]]:
+    """``time_loop`` ``trials`` times; (median, every trial). Each trial is already a max over ranks.
+
+    Short runs of microsecond calls move with clocks and host jitter; the median of
+    a few fixed-length trials is stable where one trial is not.
+    """
+    times = [time_loop(ctx, fn, iters, warmup) for _ in range(trials)]
+    return sorted(times)[len(times) // 2], times
+
+
+def parse_configs(text: str) -> list[dict]:
+    """``"comm_sms=32,block_size=8192;num_warps=4"`` -> one dict of config fields per item."""
+    configs = []
+    for item in filter(None, text.split(";")):
+        fields = {}
+        for pair in item.split(","):
+            key, value = pair.split("=")
+            fields[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+        configs.append(fields)
+    return configs
+
+
 def all_ranks_agree(ok: bool) -> bool:
     """True only if ``ok`` is true on every rank."""
     flags = [None] * dist.get_world_size()

@@ -23,13 +23,14 @@ baseline's.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import time
 
 import torch
 import torch.distributed as dist
 import triton
-from common import all_ranks_agree, time_loop, write_report
+from common import all_ranks_agree, parse_configs, time_loop, write_report
 
 import iris
 from iris.ops import choose_variant, default_config
@@ -176,6 +177,16 @@ def measure(ctx, problem, args):
         timed(variant, lambda v=variant: problem.iris(v))
         ctx.barrier()
         errors[variant] = relative_error(problem.out, expected)
+    default = problem.config
+    for fields in args.sweep:
+        label = "fused[" + ",".join(f"{k}={v}" for k, v in fields.items()) + "]"
+        problem.config = default.replace(**fields)
+        problem.out.fill_(float("nan"))
+        ctx.barrier()
+        timed(label, lambda: problem.iris("fused"))
+        ctx.barrier()
+        errors[label] = relative_error(problem.out, expected)
+    problem.config = default
     return ms, errors
 
 
@@ -188,6 +199,12 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--comm-sms", type=int, default=0, help="override the communication programs")
     parser.add_argument("--no-styles", action="store_true", help="skip the non-default all-scatter styles")
+    parser.add_argument(
+        "--sweep",
+        type=parse_configs,
+        default=[],
+        help="also time the fused kernel with these FusedConfig changes: 'block_n=128,comm_sms=28;comm_sms=8'",
+    )
     parser.add_argument("--out", default=None)
     parser.add_argument("--plot", default=None, help="PNG path (default: --out with .png)")
     args = parser.parse_args()
@@ -226,6 +243,7 @@ def main():
                     if v not in ("baseline", "cublas", "triton_gemm")
                 },
                 "auto_variant": auto,
+                "config": dataclasses.asdict(problem.config),
                 "relative_error": errors,
                 "correct": all_ranks_agree(max(errors.values()) < 2e-2),
             }
@@ -240,6 +258,8 @@ def main():
                     f"Triton {row['triton_gemm_tflops']:6.1f}  ok={row['correct']}",
                     flush=True,
                 )
+                for label in (v for v in ms if v.startswith("fused[")):
+                    print(f"    {label:40} {ms[label]:8.3f} ms ({s[label]:.2f}x)", flush=True)
     goals = check_goals(rows)
     report = {
         "world_size": world,

@@ -19,7 +19,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 import iris
-from iris.ccl import all_gather, all_reduce, all_to_all, broadcast
+from iris.ccl import all_gather, all_reduce, all_to_all, broadcast, low_latency
 from iris.ccl.staged import MODES, staged_kernel
 
 GROUP_ARGS = {
@@ -43,6 +43,15 @@ def kernels(dtype: str):
     staged = {**flat, "src_index": "i32", "staging": f"*{dtype}", "calls": "*i32", "half": "i32"}
     for mode in MODES:
         yield f"{mode}_staged", staged_kernel, staged, {**reduce, "MODE": mode}
+    ll = {
+        "out": f"*{dtype}", "inp": f"*{dtype}", "words": "i32", "cols": "i32", "in_stride": "i32",
+        "out_stride": "i32", "ranks": "*i32", "my_index": "i32", "cur_rank": "i32",
+        "heap_bases": "*u64", "slots": "*i64", "slot_words": "i32", "calls": "*i32",
+    }  # fmt: skip
+    for mode, (scatter, reduced) in low_latency.MODES.items():
+        constexprs = {"GROUP": 4, "BLOCK": low_latency.BLOCK_WORDS, "OP": "sum", "SCATTER": scatter}
+        constexprs.update(REDUCE=reduced, ROWS=False)
+        yield f"{mode}_low_latency", low_latency.low_latency_kernel, ll, constexprs
     yield "all_gather", all_gather.all_gather_kernel, flat, {"GROUP": 4, "BLOCK": 4096}
     a2a = {
         "out": f"*{dtype}",
@@ -58,16 +67,15 @@ def kernels(dtype: str):
     yield "broadcast", broadcast.broadcast_kernel, bcast, {"GROUP": 4, "BLOCK": 4096}
 
 
+#: Arguments compiled as 16-byte aligned pointers or multiples of 16, as Triton specialises typical launches.
+ALIGNED = ("out", "inp", "tensor", "n", "cols", "flags", "staging", "half", "words", "slots", "slot_words")
+
+
 def compile_ptx(kernel, signature: dict, constexprs: dict) -> str:
     signature = {**signature, **{key: "constexpr" for key in constexprs}}
     signature = {name: signature[name] for name in kernel.arg_names}  # the kernel's parameter order
-    # Pointers 16-byte aligned and sizes multiples of 16, as Triton specialises typical launches.
     names = list(signature)
-    aligned = [
-        i
-        for i, name in enumerate(names)
-        if name in ("out", "inp", "tensor", "n", "cols", "flags", "staging", "half")
-    ]
+    aligned = [i for i, name in enumerate(names) if name in ALIGNED]
     attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
     source = ASTSource(kernel, signature, constexprs, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]

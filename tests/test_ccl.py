@@ -235,15 +235,16 @@ def test_collectives_past_the_staging_half_push_pull_and_fan_out(world):
 def _staged_anywhere_body(rank, world_size):
     # Staged calls read only staging halves: inputs and outputs may live off the heap,
     # and alternating calls of every kind keep the halves' turns in step.
+    staged = dataclasses.replace(SMALL, protocol="staged")
     with iris.iris(1 << 22) as ctx:
         ok = []
         for step in range(3):
             inp = _random(ctx, (N,), torch.float32, seed=100 * step + rank).clone()  # off the heap
             gathered = torch.full((world_size * N,), float("nan"), device=ctx.device)
-            ctx.ccl.all_gather(gathered, inp, config=SMALL)
+            ctx.ccl.all_gather(gathered, inp, config=staged)
             ok.append(torch.equal(gathered.cpu(), torch.cat(_gather(inp))))
             mine = torch.full((N // world_size,), float("nan"), device=ctx.device)
-            ctx.ccl.reduce_scatter(mine, inp[: world_size * (N // world_size)], config=SMALL)
+            ctx.ccl.reduce_scatter(mine, inp[: world_size * (N // world_size)], config=staged)
             block = slice(rank * (N // world_size), (rank + 1) * (N // world_size))
             ok.append(
                 _close(
@@ -253,7 +254,7 @@ def _staged_anywhere_body(rank, world_size):
             src = step % world_size
             expected = inp.clone()
             dist.broadcast(expected, src=src)
-            ctx.ccl.broadcast(inp, src=src, config=SMALL)
+            ctx.ccl.broadcast(inp, src=src, config=staged)
             ok.append(torch.equal(inp, expected))
         return ok
 
@@ -261,6 +262,74 @@ def _staged_anywhere_body(rank, world_size):
 def test_staged_calls_take_tensors_anywhere_and_alternate_halves(world):
     for ok in world.run(_staged_anywhere_body):
         assert all(ok), ok
+
+
+def _low_latency_body(rank, world_size, dtype_name):
+    # Every mode of the low-latency protocol on tensors off the heap, over three calls
+    # (both halves, then the first again); n = 2050 words spans three tiles, which
+    # comm_sms=2 makes one program loop over.
+    dtype = DTYPES[dtype_name]
+    words = 2050
+    n = words * 4 // torch.tensor([], dtype=dtype).element_size()
+    config = Config(protocol="low_latency", comm_sms=2)
+    with iris.iris(1 << 24) as ctx:
+        ok = {}
+        for step in range(3):
+            inp = _random(ctx, (world_size * n,), dtype, seed=100 * step + rank).clone()
+            parts = _gather(inp)
+            total = _reduce(parts, "sum")
+            mine = slice(rank * n, (rank + 1) * n)
+
+            out = torch.full((n,), 99, dtype=dtype, device=ctx.device)
+            ctx.ccl.all_reduce(out, inp[:n], config=config)
+            ok[f"all_reduce {step}"] = _close(out, total[:n], dtype)
+            out = torch.full((n,), 99, dtype=dtype, device=ctx.device)
+            ctx.ccl.reduce_scatter(out, inp, config=config)
+            ok[f"reduce_scatter {step}"] = _close(out, total[mine], dtype)
+            out = torch.full((world_size * n,), 99, dtype=dtype, device=ctx.device)
+            ctx.ccl.all_gather(out, inp[:n], config=config)
+            expected = torch.cat([p[:n] for p in parts])
+            ok[f"all_gather {step}"] = torch.equal(out.cpu().to(expected.dtype), expected)
+            out = torch.full((world_size * n,), 99, dtype=dtype, device=ctx.device)
+            ctx.ccl.all_to_all(out, inp, config=config)
+            expected = torch.cat([p[mine] for p in parts])
+            ok[f"all_to_all {step}"] = torch.equal(out.cpu().to(expected.dtype), expected)
+            # Columns of a 2-D tensor: 6 rows of 10 elements per member (whole words).
+            columns = inp[: 60 * world_size].reshape(6, 10 * world_size)
+            out = torch.full(columns.shape, 99, dtype=dtype, device=ctx.device)
+            ctx.ccl.all_to_all(out, columns, config=config)
+            blocks = [p[: 60 * world_size].reshape(6, 10 * world_size) for p in parts]
+            expected = torch.cat([b[:, rank * 10 : (rank + 1) * 10] for b in blocks], dim=1)
+            ok[f"all_to_all columns {step}"] = torch.equal(out.cpu().to(expected.dtype), expected)
+        return ok
+
+
+@pytest.mark.parametrize("dtype_name", ["fp16", "bf16", "fp32", "int32"])
+def test_low_latency_calls_match_torch_off_the_heap(world, dtype_name):
+    for ok in world.run(_low_latency_body, dtype_name):
+        assert all(ok.values()), ok
+
+
+def _forced_protocol_body(rank, world_size, collective):
+    with iris.iris(1 << 22) as ctx:
+        tensor = ctx.randn(64 * world_size)
+        try:
+            if collective == "broadcast":
+                ctx.ccl.broadcast(tensor, config=Config(protocol="low_latency"))
+            elif collective == "all_to_all":
+                ctx.ccl.all_to_all(ctx.empty(64 * world_size), tensor, config=Config(protocol="staged"))
+            else:
+                odd = ctx.randn(63).to(torch.float16)  # 126 bytes: not whole 4-byte words
+                ctx.ccl.all_reduce(torch.empty_like(odd), odd, config=Config(protocol="low_latency"))
+        except CollectiveError as error:
+            return str(error)
+        return None
+
+
+@pytest.mark.parametrize("collective", ["broadcast", "all_to_all", "all_reduce"])
+def test_forcing_a_protocol_that_cannot_run_raises_on_every_rank(world, collective):
+    messages = world.run(_forced_protocol_body, collective)
+    assert all(m is not None and "cannot run this call" in m for m in messages), messages
 
 
 # ---------------------------------------------------------------- reuse, groups, async
@@ -491,9 +560,10 @@ def test_every_collective_compiles_for_hopper_with_vector_accesses():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
-    # 4 all-reduce variants (atomic: fp32 only), 4 staged modes, all_gather, all_to_all,
-    # broadcast; reduce_scatter runs all_reduce_one_shot on its block when not staged.
-    assert len(lines) == 21, result.stdout
+    # 4 all-reduce variants (atomic: fp32 only), 4 staged modes, 4 low-latency modes,
+    # all_gather, all_to_all, broadcast; reduce_scatter runs all_reduce_one_shot on its
+    # block when neither staged nor low-latency.
+    assert len(lines) == 29, result.stdout
     for name in (
         "all_reduce_one_shot[fp32]",
         "all_reduce_two_shot[bf16]",
@@ -505,3 +575,6 @@ def test_every_collective_compiles_for_hopper_with_vector_accesses():
         "broadcast[bf16]",
     ):
         assert "ld.global.v4.b32" in lines[name] and "st.global.v4.b32" in lines[name], (name, lines[name])
+    for name in ("all_reduce_low_latency[bf16]", "all_to_all_low_latency[fp32]"):
+        # Payload words pack into 16-byte stores of two (epoch, data) words.
+        assert "st.global.v2.b64" in lines[name] and "ld.global.v4.b32" in lines[name], (name, lines[name])

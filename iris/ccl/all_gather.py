@@ -4,8 +4,9 @@
 ``i``'s input at rows ``i * M .. (i + 1) * M``, as
 :func:`torch.distributed.all_gather_into_tensor` does. Pushing (remote stores)
 rather than pulling keeps every link busy in the direction GPUs write fastest.
-Up to the staging capacity the call is staged instead (:mod:`iris.ccl.staged`):
-one synchronisation, and ``out`` may live anywhere.
+Small calls use the low-latency protocol (:mod:`iris.ccl.low_latency`), then up to
+the staging capacity they are staged (:mod:`iris.ccl.staged`); ``out`` may then
+live anywhere (``Config.protocol``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import triton.language as tl
 
 from . import device as ccl
 from .device import RANK_ARGS
-from .runtime import COPYABLE_DTYPES, check_disjoint, check_tensor, describe_tensor, tensor_key
+from .low_latency import low_latency_launch, payload_bytes
+from .runtime import COPYABLE_DTYPES, check_disjoint, check_tensor, describe_tensor, nbytes, tensor_key
 from .staged import staged_launch
 
 
@@ -56,8 +58,9 @@ def all_gather(runtime, out, inp, group=None, config=None) -> None:
     def prepare():
         ctx = runtime.ctx
         errors: list[str] = []
-        staging = runtime.staging(state, inp)
-        usable = check_tensor(errors, ctx, out, "out", COPYABLE_DTYPES, on_heap=staging is None)
+        protocol = runtime.protocol(errors, state, config, nbytes(inp), payload_bytes(nbytes(inp), out, inp))
+        direct = protocol == "direct"
+        usable = check_tensor(errors, ctx, out, "out", COPYABLE_DTYPES, on_heap=direct)
         usable &= check_tensor(errors, ctx, inp, "inp", COPYABLE_DTYPES, on_heap=False)
         if usable:
             if out.dtype != inp.dtype:
@@ -68,10 +71,12 @@ def all_gather(runtime, out, inp, group=None, config=None) -> None:
                     f"{state.size} x inp.numel() = {state.size * inp.numel()}"
                 )
             check_disjoint(errors, out, inp, "out and inp")
-        signature = (describe_tensor(out, ctx, staging is None), describe_tensor(inp, ctx, False), config)
+        signature = (describe_tensor(out, ctx, direct), describe_tensor(inp, ctx, False), config, protocol)
         runtime.agree(state, signature, errors, "all_gather")
-        if staging is not None:
-            return staged_launch(runtime, state, "all_gather", out, inp, inp.numel(), staging, config)
+        if protocol == "low_latency":
+            return low_latency_launch(runtime, state, "all_gather", out, inp, config)
+        if protocol == "staged":
+            return staged_launch(runtime, state, "all_gather", out, inp, inp.numel(), config)
         block = config.block_for(inp.element_size())
         grid = (runtime.programs(triton.cdiv(inp.numel(), block), config),)
         args = (out, inp, inp.numel(), *runtime.group_args(state), block)

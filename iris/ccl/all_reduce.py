@@ -2,9 +2,11 @@
 
 * ``one_shot``: every rank reads every member's input and reduces all of it.
   One round of remote reads: the lowest latency, ``group_size`` times the traffic.
-  Up to the staging capacity (``Runtime.staging``, whole-world group only) it runs
-  staged (:mod:`iris.ccl.staged`): one synchronisation instead of two, and the
-  input may live anywhere.
+  In the whole-world group small calls instead send their input to every member
+  with the low-latency protocol (:mod:`iris.ccl.low_latency`: one one-way trip),
+  and calls up to the staging capacity run staged (:mod:`iris.ccl.staged`: one
+  synchronisation instead of two); the input may then live anywhere
+  (``Config.protocol``).
 * ``two_shot``: tile ``t`` belongs to member ``t % group_size``, which reads the
   tile from every input, reduces it and pushes the result into every output
   (a reduce-scatter and an all-gather fused into one pass): the least traffic.
@@ -30,11 +32,13 @@ from ..device import rma
 from . import device as ccl
 from .config import ReduceOp
 from .device import RANK_ARGS
+from .low_latency import low_latency_launch, payload_bytes
 from .runtime import (
     REDUCIBLE_DTYPES,
     check_disjoint,
     check_tensor,
     describe_tensor,
+    nbytes,
     tensor_key,
 )
 from .staged import staged_launch
@@ -247,16 +251,21 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
     """Check the arguments on every member, pick the variant, compile (see ``CCL.all_reduce_preamble``)."""
     op = ReduceOp.parse(op)
     state = runtime.group(group)
-    nbytes = inp.numel() * inp.element_size() if hasattr(inp, "element_size") else 0
-    variant = pick_variant(config, nbytes, state.size)
+    variant = pick_variant(config, nbytes(inp), state.size)
     key = runtime.key("all_reduce", state, config, variant, op, tensor_key(out), tensor_key(inp))
 
     def prepare():
         ctx = runtime.ctx
         errors: list[str] = []
         inp_on_heap, out_on_heap = ON_HEAP[variant]
-        staging = runtime.staging(state, inp) if variant == "one_shot" else None
-        inp_on_heap &= staging is None
+        protocol = "direct"
+        if variant == "one_shot":
+            protocol = runtime.protocol(
+                errors, state, config, nbytes(inp), payload_bytes(nbytes(inp), out, inp)
+            )
+        elif config.protocol not in ("auto", "direct"):
+            errors.append(f"protocol={config.protocol!r} runs only the one_shot variant, not {variant}")
+        inp_on_heap &= protocol == "direct"
         usable = check_tensor(errors, ctx, out, "out", REDUCIBLE_DTYPES, on_heap=out_on_heap)
         usable &= check_tensor(errors, ctx, inp, "inp", REDUCIBLE_DTYPES, on_heap=inp_on_heap)
         if usable:
@@ -271,15 +280,18 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
                 errors.append(f"the atomic variant adds fp32 or int32, not {inp.dtype}; pick another variant")
         signature = (
             describe_tensor(out, ctx),
-            describe_tensor(inp, ctx, staging is None),
+            describe_tensor(inp, ctx, protocol == "direct"),
             variant,
             op,
             config,
+            protocol,
         )
         runtime.agree(state, signature, errors, "all_reduce")
         block = config.block_for(inp.element_size())
-        if staging is not None:
-            return staged_launch(runtime, state, "all_reduce", out, inp, inp.numel(), staging, config, op)
+        if protocol == "low_latency":
+            return low_latency_launch(runtime, state, "all_reduce", out, inp, config, op)
+        if protocol == "staged":
+            return staged_launch(runtime, state, "all_reduce", out, inp, inp.numel(), config, op)
         tiles = triton.cdiv(inp.numel(), block)
         if variant in ("two_shot", "ring"):
             tiles = triton.cdiv(tiles, state.size)

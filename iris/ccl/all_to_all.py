@@ -4,17 +4,21 @@ A 2-D tensor ``(M, N * group_size)`` is split by columns, as in Iris: member ``i
 sends ``inp[:, j*N:(j+1)*N]`` to ``out[:, i*N:(i+1)*N]`` of member ``j``. A 1-D
 tensor is split into contiguous blocks, as in
 :func:`torch.distributed.all_to_all_single` (pass ``t.view(-1)`` for torch's
-row-block layout). Every rank pushes its blocks, so ``out`` must be on the heap.
+row-block layout). Every rank pushes its blocks, so ``out`` must be on the heap,
+except for small calls, which use the low-latency protocol
+(:mod:`iris.ccl.low_latency`, ``Config.protocol``) and may use any tensors.
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
 from ..device import rma
 from . import device as ccl
 from .device import RANK_ARGS
+from .low_latency import low_latency_launch, payload_bytes
 from .runtime import COPYABLE_DTYPES, check_disjoint, check_tensor, describe_tensor, tensor_key
 
 
@@ -62,6 +66,13 @@ def all_to_all_kernel(
     )
 
 
+def _blocks(inp, group_size: int) -> tuple[int, int]:
+    """(rows, columns) of one member's block of ``inp``; (0, 0) where the checks will fail."""
+    if not isinstance(inp, torch.Tensor) or inp.dim() not in (1, 2) or inp.shape[-1] % group_size:
+        return 0, 0
+    return (inp.shape[0] if inp.dim() == 2 else 1), inp.shape[-1] // group_size
+
+
 def all_to_all(runtime, out, inp, group=None, config=None) -> None:
     """Exchange blocks between every pair of members; see :meth:`iris.ccl.CCL.all_to_all`."""
     state = runtime.group(group)
@@ -70,9 +81,13 @@ def all_to_all(runtime, out, inp, group=None, config=None) -> None:
     def prepare():
         ctx = runtime.ctx
         errors: list[str] = []
-        usable = check_tensor(errors, ctx, out, "out", COPYABLE_DTYPES, on_heap=True)
+        rows, cols = _blocks(inp, state.size)
+        size = inp.element_size() if isinstance(inp, torch.Tensor) else 0
+        payload = payload_bytes(rows * cols * size, out, inp, row_bytes=cols * size)
+        protocol = runtime.protocol(errors, state, config, None, payload)
+        direct = protocol == "direct"
+        usable = check_tensor(errors, ctx, out, "out", COPYABLE_DTYPES, on_heap=direct)
         usable &= check_tensor(errors, ctx, inp, "inp", COPYABLE_DTYPES, on_heap=False)
-        rows = cols = 0
         if usable:
             if out.dtype != inp.dtype or out.shape != inp.shape:
                 errors.append(
@@ -82,12 +97,16 @@ def all_to_all(runtime, out, inp, group=None, config=None) -> None:
                 errors.append(f"inp must be 1-D or 2-D (M, N x group size), got {inp.dim()}-D")
             elif inp.shape[-1] % state.size:
                 errors.append(f"inp's last dimension {inp.shape[-1]} does not split into {state.size} blocks")
-            else:
-                rows = inp.shape[0] if inp.dim() == 2 else 1
-                cols = inp.shape[-1] // state.size
             check_disjoint(errors, out, inp, "out and inp")
-        signature = (describe_tensor(out, ctx), describe_tensor(inp, ctx, False), config)
+        signature = (describe_tensor(out, ctx, direct), describe_tensor(inp, ctx, False), config, protocol)
         runtime.agree(state, signature, errors, "all_to_all")
+        in_stride = inp.stride(0) if inp.dim() == 2 else 0
+        out_stride = out.stride(0) if out.dim() == 2 else 0
+        if protocol == "low_latency":
+            strides = (in_stride, out_stride)
+            return low_latency_launch(
+                runtime, state, "all_to_all", out, inp, config, rows=rows, strides=strides
+            )
         # A 1-D tensor is one row: give its tile all the width.
         block_m, block_n = (
             (1, config.block_for(inp.element_size()))
@@ -96,8 +115,6 @@ def all_to_all(runtime, out, inp, group=None, config=None) -> None:
         )
         units = triton.cdiv(rows, block_m) * triton.cdiv(cols, block_n) * state.size
         grid = (runtime.programs(units, config),)
-        in_stride = inp.stride(0) if inp.dim() == 2 else 0
-        out_stride = out.stride(0) if out.dim() == 2 else 0
         args = (out, inp, rows, cols, in_stride, out_stride, *runtime.group_args(state), block_m, block_n)
         return all_to_all_kernel, grid, args, config.num_warps
 

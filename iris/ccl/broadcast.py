@@ -17,7 +17,7 @@ import triton.language as tl
 from ..device import rma
 from . import device as ccl
 from .device import RANK_ARGS
-from .runtime import COPYABLE_DTYPES, check_tensor, describe_tensor, tensor_key
+from .runtime import COPYABLE_DTYPES, check_tensor, describe_tensor, nbytes, tensor_key
 from .staged import staged_launch
 
 
@@ -69,19 +69,18 @@ def broadcast(runtime, tensor, src: int = 0, group=None, config=None) -> None:
     def prepare():
         ctx = runtime.ctx
         errors: list[str] = []
-        staging = runtime.staging(state, tensor)
-        check_tensor(errors, ctx, tensor, "tensor", COPYABLE_DTYPES, on_heap=staging is None)
+        protocol = runtime.protocol(errors, state, config, nbytes(tensor))
+        staged = protocol == "staged"
+        check_tensor(errors, ctx, tensor, "tensor", COPYABLE_DTYPES, on_heap=not staged)
         if src not in state.members:
             errors.append(f"src={src} is not a member of the group {list(state.members)}")
         runtime.agree(
-            state, (describe_tensor(tensor, ctx, staging is None), src, config), errors, "broadcast"
+            state, (describe_tensor(tensor, ctx, not staged), src, config, protocol), errors, "broadcast"
         )
         src_index = state.members.index(src)
-        if staging is not None:
+        if staged:
             n = tensor.numel()
-            return staged_launch(
-                runtime, state, "broadcast", tensor, tensor, n, staging, config, src_index=src_index
-            )
+            return staged_launch(runtime, state, "broadcast", tensor, tensor, n, config, src_index=src_index)
         block = config.block_for(tensor.element_size())
         receivers = max(state.size - 1, 1)
         grid = (runtime.programs(triton.cdiv(triton.cdiv(tensor.numel(), block), receivers), config),)

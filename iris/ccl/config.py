@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass
 
 ALL_REDUCE_VARIANTS = ("auto", "one_shot", "two_shot", "ring", "atomic")
+#: How data crosses between ranks (``Config.protocol``).
+PROTOCOLS = ("auto", "low_latency", "staged", "direct")
 
 
 class ReduceOp(enum.Enum):
@@ -54,6 +56,18 @@ class Config:
             ``"auto"`` (one-shot up to ``one_shot_max_bytes``, two-shot above).
         one_shot_max_bytes (int): the ``"auto"`` switch point; ``None`` scales
             with the group size (see :func:`iris.ccl.all_reduce.pick_variant`).
+        protocol (str): how small calls move data. ``"low_latency"`` sends data and
+            flag in one 8-byte store (:mod:`iris.ccl.low_latency`); ``"staged"``
+            copies into a staging buffer and synchronises once
+            (:mod:`iris.ccl.staged`); ``"direct"`` runs the kernels with ready and
+            done handshakes on the tensors themselves. ``"auto"`` takes the first
+            that applies: low-latency up to ``low_latency_max_bytes`` per member,
+            staged up to the staging capacity, then direct. The first two need the
+            whole-world group; forcing one that cannot run raises
+            :class:`~iris.ccl.CollectiveError`.
+        low_latency_max_bytes (int): the ``"auto"`` limit of the low-latency
+            protocol, in payload bytes each member sends to one member; ``None``
+            uses :data:`iris.ccl.runtime.LOW_LATENCY_AUTO_BYTES`.
         all_reduce_distribution (int): accepted for Iris compatibility; unused.
         reduce_scatter_variant (str): accepted for Iris compatibility (``"two_shot"``).
 
@@ -69,6 +83,8 @@ class Config:
     num_warps: int = 8
     all_reduce_variant: str = "auto"
     one_shot_max_bytes: int | None = None
+    protocol: str = "auto"
+    low_latency_max_bytes: int | None = None
     all_reduce_distribution: int = 0
     reduce_scatter_variant: str = "two_shot"
 
@@ -83,6 +99,14 @@ class Config:
             raise ValueError(
                 f"iris.ccl.Config: all_reduce_variant must be one of {', '.join(ALL_REDUCE_VARIANTS)}, "
                 f"got {self.all_reduce_variant!r}"
+            )
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(
+                f"iris.ccl.Config: protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}"
+            )
+        if self.low_latency_max_bytes is not None and self.low_latency_max_bytes < 0:
+            raise ValueError(
+                f"iris.ccl.Config: low_latency_max_bytes must be at least 0, got {self.low_latency_max_bytes}"
             )
         if self.reduce_scatter_variant not in ("two_shot", "auto"):
             raise ValueError(

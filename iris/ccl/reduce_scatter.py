@@ -2,9 +2,10 @@
 
 ``inp`` holds ``group_size`` blocks of ``out.numel()`` elements, as in
 :func:`torch.distributed.reduce_scatter_tensor`. Each rank pulls its own block
-from every input (remote loads) and the output may live anywhere. Up to the
-staging capacity the inputs are staged (:mod:`iris.ccl.staged`) and may live
-anywhere too; above it they must be on the heap, and the kernel is the one-shot
+from every input (remote loads) and the output may live anywhere. Small calls
+use the low-latency protocol (:mod:`iris.ccl.low_latency`), then up to the
+staging capacity the inputs are staged (:mod:`iris.ccl.staged`); the inputs may
+then live anywhere too. Above that they must be on the heap, and the kernel is the one-shot
 all-reduce run on this rank's block: a pointer to block ``i`` on rank ``i``
 reaches block ``i`` of every peer, because heap translation keeps the offset.
 """
@@ -15,7 +16,8 @@ import triton
 
 from .all_reduce import one_shot_kernel
 from .config import ReduceOp
-from .runtime import REDUCIBLE_DTYPES, check_disjoint, check_tensor, describe_tensor, tensor_key
+from .low_latency import low_latency_launch, payload_bytes
+from .runtime import REDUCIBLE_DTYPES, check_disjoint, check_tensor, describe_tensor, nbytes, tensor_key
 from .staged import staged_launch
 
 
@@ -28,9 +30,10 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> None:
     def prepare():
         ctx = runtime.ctx
         errors: list[str] = []
-        staging = runtime.staging(state, inp)
+        protocol = runtime.protocol(errors, state, config, nbytes(inp), payload_bytes(nbytes(out), out, inp))
+        direct = protocol == "direct"
         usable = check_tensor(errors, ctx, out, "out", REDUCIBLE_DTYPES, on_heap=False)
-        usable &= check_tensor(errors, ctx, inp, "inp", REDUCIBLE_DTYPES, on_heap=staging is None)
+        usable &= check_tensor(errors, ctx, inp, "inp", REDUCIBLE_DTYPES, on_heap=direct)
         if usable:
             if out.dtype != inp.dtype:
                 errors.append(f"out is {out.dtype} but inp is {inp.dtype}")
@@ -40,10 +43,18 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> None:
                     f"{state.size} x out.numel() = {state.size * out.numel()}"
                 )
             check_disjoint(errors, out, inp, "out and inp")
-        signature = (describe_tensor(out, ctx, False), describe_tensor(inp, ctx, staging is None), op, config)
+        signature = (
+            describe_tensor(out, ctx, False),
+            describe_tensor(inp, ctx, direct),
+            op,
+            config,
+            protocol,
+        )
         runtime.agree(state, signature, errors, "reduce_scatter")
-        if staging is not None:
-            return staged_launch(runtime, state, "reduce_scatter", out, inp, out.numel(), staging, config, op)
+        if protocol == "low_latency":
+            return low_latency_launch(runtime, state, "reduce_scatter", out, inp, config, op)
+        if protocol == "staged":
+            return staged_launch(runtime, state, "reduce_scatter", out, inp, out.numel(), config, op)
         block = config.block_for(out.element_size())
         grid = (runtime.programs(triton.cdiv(out.numel(), block), config),)
         n = out.numel()

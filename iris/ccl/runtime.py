@@ -27,6 +27,11 @@ GROUP_SLOTS = 16
 MAX_LAUNCHES = 256
 #: Most bytes a staged collective stages (see ``iris.ccl.staged``); capped at heap_size / 64.
 STAGING_BYTES = 1 << 20
+#: Most payload bytes a low-latency call sends each member (``iris.ccl.low_latency``);
+#: capped so that the receive slots take at most heap_size / 32.
+LOW_LATENCY_BYTES = 256 << 10
+#: ``Config.protocol="auto"`` uses the low-latency protocol up to this many bytes per member.
+LOW_LATENCY_AUTO_BYTES = 256 << 10
 
 #: Element types the data-moving collectives accept; reductions accept the first four.
 REDUCIBLE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.int32)
@@ -67,23 +72,82 @@ class Runtime:
         self._groups: dict[object, Group] = {}
         self._launches: dict[tuple, PreparedLaunch] = {}
         self._staging: torch.Tensor | None = None
+        self._low_latency: torch.Tensor | None = None
         #: Staged calls so far and programs done with the current one (``staged_kernel``).
         self.staged_calls = torch.zeros(2, dtype=torch.int32, device=ctx.device)
 
-    def staging(self, state: Group, tensor) -> torch.Tensor | None:
-        """The two staging halves of small collectives (:mod:`iris.ccl.staged`), or None if they do not apply.
+    def protocol(self, errors: list[str], state: Group, config, staged_bytes, low_latency_bytes=None) -> str:
+        """The protocol a call runs (``Config.protocol``): ``"low_latency"``, ``"staged"`` or ``"direct"``.
 
-        ``tensor`` is what a member stages (a non-tensor counts as empty: the argument
-        checks report it). Only the whole-world group stages: its first staged call allocates the halves
-        on every rank at once, keeping the heap symmetric (a subgroup's call would not).
+        ``staged_bytes`` is what a member would stage, or None for a collective
+        without a staged kernel; ``low_latency_bytes`` what it sends one member
+        under the low-latency protocol, or None where that protocol does not apply
+        (a broadcast, or blocks that are not whole aligned 4-byte words). A forced
+        protocol that cannot run appends to ``errors``. Callers put the choice in
+        the signature the members compare: it hangs on tensor alignment, which may
+        differ between ranks.
+
+        Example:
+            >>> runtime.protocol(errors, state, Config(), inp.numel() * inp.element_size())
+            'staged'
         """
-        if state.process_group is not None:
-            return None
+        whole_world = state.process_group is None
+        low_latency = (
+            whole_world
+            and low_latency_bytes is not None
+            and low_latency_bytes <= self._low_latency_capacity()
+        )
+        staged = whole_world and staged_bytes is not None and staged_bytes <= self._staging_capacity()
+        if config.protocol == "auto":
+            limit = config.low_latency_max_bytes
+            limit = LOW_LATENCY_AUTO_BYTES if limit is None else limit
+            if low_latency and low_latency_bytes <= limit:
+                return "low_latency"
+            return "staged" if staged else "direct"
+        possible = {"low_latency": low_latency, "staged": staged, "direct": True}[config.protocol]
+        if not possible:
+            if config.protocol == "staged":
+                needs = f"at most {self._staging_capacity()} bytes to stage (this call: {staged_bytes})"
+            else:
+                needs = (
+                    f"aligned blocks of whole 4-byte words, at most {self._low_latency_capacity()} bytes "
+                    f"to each member (this call: {low_latency_bytes})"
+                )
+            errors.append(
+                f"protocol={config.protocol!r} cannot run this call: it needs the whole-world group and "
+                f"{needs}; None means this collective or these tensors have no such kernel"
+            )
+        return config.protocol
+
+    def _staging_capacity(self) -> int:
+        return min(STAGING_BYTES, self.ctx.heap_size // 64) // 256 * 256
+
+    def _low_latency_capacity(self) -> int:
+        # Two halves of a slot per rank, each word sent as two: at most 1/32 of the heap.
+        return min(LOW_LATENCY_BYTES, self.ctx.heap_size // (128 * self.ctx.num_ranks)) // 64 * 64
+
+    def staging_buffer(self) -> torch.Tensor:
+        """The two staging halves of :mod:`iris.ccl.staged` (bytes), allocated on first use.
+
+        Call it only after the members agreed on a staged call: every rank then
+        allocates at the same point, keeping the heap symmetric.
+        """
         if self._staging is None:
-            half = min(STAGING_BYTES, self.ctx.heap_size // 64) // 256 * 256
-            self._staging = self.ctx.zeros(2 * half, dtype=torch.uint8)
-        nbytes = tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
-        return self._staging if nbytes <= self._staging.numel() // 2 else None
+            self._staging = self.ctx.zeros(2 * self._staging_capacity(), dtype=torch.uint8)
+        return self._staging
+
+    def low_latency_slots(self) -> torch.Tensor:
+        """The receive slots of :mod:`iris.ccl.low_latency`: int64 ``[2, world_size, words]``.
+
+        Allocated and zeroed on first use, after the members agreed on a
+        low-latency call; the barrier keeps a fast member's first words from being
+        zeroed by a slow member.
+        """
+        if self._low_latency is None:
+            words = self._low_latency_capacity() // 4
+            self._low_latency = self.ctx.zeros(2, self.ctx.num_ranks, words, dtype=torch.int64)
+            self.ctx.barrier()
+        return self._low_latency
 
     def group(self, process_group) -> Group:
         """The :class:`Group` for a torch process group (``None``: every rank)."""
@@ -162,6 +226,11 @@ class Runtime:
                 problems.append(f"rank {rank} called it with {other}, rank {reference_rank} with {reference}")
         if problems:
             raise CollectiveError(f"iris.ccl.{what}: " + "; ".join(problems))
+
+
+def nbytes(tensor) -> int:
+    """Bytes of ``tensor``'s elements (0 for a non-tensor: the argument checks report it)."""
+    return tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
 
 
 def describe_tensor(tensor: torch.Tensor, ctx, placed: bool = True) -> tuple:

@@ -4,7 +4,7 @@ A collective that pushes into peers' outputs needs two handshakes: *ready*
 (the peer is in the call, its output may be overwritten) and *done* (every
 store has landed). For small tensors those round trips are most of the time. A
 staged collective instead copies its input into one of two staging halves on
-its own heap (``Runtime.staging``), arrives, waits for every member's arrival,
+its own heap (``Runtime.staging_buffer``), arrives, waits for every member's arrival,
 then *reads* what it needs from the members' staging halves into its own output:
 
 * ``all_reduce``: element ``i`` of every member's staging, combined;
@@ -62,7 +62,7 @@ def staged_kernel(
 
     Example:
         >>> kernel, grid, args, num_warps = staged_launch(runtime, state, "all_gather", out, inp,
-        ...                                               inp.numel(), staging, config)
+        ...                                               inp.numel(), config)
         >>> kernel[grid](*args, num_warps=num_warps)
     """
     pid = tl.program_id(0)
@@ -114,19 +114,33 @@ def staged_kernel(
             peer = tl.load(ranks + src_index)
             values = rma.load(stage + offsets, cur_rank, peer, heap_bases, mask=mask)
             tl.store(out + offsets, values, mask=mask)
-    # The last program to finish hands the next staged call the other half.
-    if tl.atomic_add(calls + 1, 1, sem="acq_rel", scope="gpu") == programs - 1:
+    finish_call(calls, call)
+
+
+@triton.jit
+def finish_call(calls, call):
+    """Count this program out of call ``call``; the last one hands the next call the other half.
+
+    ``calls`` is ``Runtime.staged_calls``: ``[call, programs finished with it]``,
+    shared by the staged and low-latency protocols.
+
+    Example:
+        >>> call = tl.load(calls, volatile=True)
+        >>> ...  # stage, synchronise, read half call % 2
+        >>> finish_call(calls, call)
+    """
+    if tl.atomic_add(calls + 1, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1:
         tl.store(calls + 1, 0)
         tl.store(calls, call + 1)
 
 
-def staged_launch(runtime, state, mode: str, out, inp, n: int, staging, config, op=None, src_index: int = 0):
+def staged_launch(runtime, state, mode: str, out, inp, n: int, config, op=None, src_index: int = 0):
     """``(kernel, grid, args, num_warps)`` of a staged ``mode`` call, for ``Runtime.prepare``.
 
     Example:
-        >>> staging = runtime.staging(state, inp)
-        >>> staged_launch(runtime, state, "all_gather", out, inp, inp.numel(), staging, config)
+        >>> staged_launch(runtime, state, "all_gather", out, inp, inp.numel(), config)
     """
+    staging = runtime.staging_buffer()
     block = config.block_for(inp.element_size())
     units = triton.cdiv(n, block) * (state.size if mode == "all_gather" else 1)
     grid = (runtime.programs(units, config),)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One GPU call that checks the collectives and measures what their tuning rules need:
+# the forced protocols of small calls (eager and graph), launch settings of large ones,
+# and the fused GEMM + all-scatter over tile shapes and communication programs.
+#   bash scripts/gpu_tune.sh          results in $OUT (device tool) or ./out
+#   SKIP_TESTS=1 / PARTS="small large fused fused_rows collectives fused_ops" to choose
+#   (the last two write the results of record: collectives_h200x4.json, fused_ops_h200x4.json)
+set -u
+site=$PWD
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  site=$PWD:/tmp/site
+fi
+export PYTHONPATH=$site IRIS_BACKEND=cuda PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+out=${OUT:-out}; mkdir -p "$out"
+gpus=$(nvidia-smi -L | wc -l)
+quiet() { grep -v -e Warning -e "^\[rank" -e TCPStore -e "^$"; }
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  IRIS_TEST_WORLD_SIZES=${IRIS_TEST_WORLD_SIZES:-$gpus} timeout -s INT "${TEST_TIMEOUT:-240}" python -m pytest \
+    ${TESTS:-tests/test_ccl.py} -q -p no:cacheprovider -rfE -k "${TEST_FILTER:-not compiles_for_hopper}" \
+    >"$out/pytest.log" 2>&1
+  tail -4 "$out/pytest.log"
+fi
+for part in ${PARTS:-small large fused}; do
+  case $part in
+    small) args="--max-mib 1 --iters 100 --trials 3 --protocols --collectives all_reduce,all_gather,reduce_scatter,all_to_all" ;;
+    large) args="--min-kib 16384 --max-mib 256 --iters 30 --trials 1 --no-graphs --collectives all_reduce,reduce_scatter
+                 --configs comm_sms=32;comm_sms=64;comm_sms=96;num_warps=16;num_warps=4;block_size=8192;block_size=2048;comm_sms=64,block_size=8192" ;;
+    fused) args="--ops gemm_all_scatter --shapes 4096,8192,8192;4096,14336,4096 --iters 50 --no-styles
+                 --sweep comm_sms=4;comm_sms=8;comm_sms=16;comm_sms=32;block_n=128,comm_sms=16;block_n=128,comm_sms=24;block_n=128,comm_sms=29;block_n=128,comm_sms=36" ;;
+    fused_rows) args="--ops gemm_all_scatter --shapes 4096,8192,8192 --iters 50 --no-styles
+                 --sweep comm_rows=64;comm_rows=128;comm_sms=16,comm_rows=64;comm_sms=32,comm_rows=64;num_stages=4" ;;
+    collectives) args="--max-mib 256 --iters 50 --trials 3" ;;  # the results of record
+    fused_ops) args="--iters 50" ;;
+  esac
+  bench=collectives; [ "${part#fused}" != "$part" ] && bench=fused_ops
+  name=tune_${part}; [ "$part" = collectives ] || [ "$part" = fused_ops ] && name=$part
+  # shellcheck disable=SC2086
+  timeout "${BENCH_TIMEOUT:-240}" python -m iris.run -n "$gpus" "benchmarks/$bench.py" $args \
+    --out "$out/${name}_h200x${gpus}.json" 2>&1 | quiet | tail -60
+done

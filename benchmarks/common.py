@@ -11,11 +11,19 @@ import torch.distributed as dist
 import triton
 
 
-def time_loop(ctx, fn, iters: int, warmup: int = 5) -> float:
-    """Seconds per call of ``fn``: warm-up, barrier, CUDA events around ``iters`` calls; max over ranks."""
+def time_loop(ctx, fn, iters: int, warmup: int = 5, align: bool = False) -> float:
+    """Seconds per call of ``fn``: warm-up, barrier, CUDA events around ``iters`` calls; max over ranks.
+
+    ``align`` (for collectives): one more call between the barrier and the start
+    event. Ranks leave a host barrier tens of microseconds apart, and the first
+    timed collective would make the earliest rank wait that long; after the
+    aligning call every GPU starts its clock within a few microseconds of the others.
+    """
     for _ in range(warmup):
         fn()
     ctx.barrier()
+    if align:
+        fn()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(iters):
@@ -30,12 +38,12 @@ def time_loop(ctx, fn, iters: int, warmup: int = 5) -> float:
 
 
 def median_of_trials(ctx, fn, iters: int, trials: int, warmup: int = 5) -> tuple[float, list[float]]:
-    """``time_loop`` ``trials`` times; (median, every trial). Each trial is already a max over ranks.
+    """``time_loop`` (aligned) ``trials`` times; (median, every trial). Each trial is a max over ranks.
 
     Short runs of microsecond calls move with clocks and host jitter; the median of
-    a few fixed-length trials is stable where one trial is not.
+    a few fixed-length trials is steadier than one trial.
     """
-    times = [time_loop(ctx, fn, iters, warmup) for _ in range(trials)]
+    times = [time_loop(ctx, fn, iters, warmup, align=True) for _ in range(trials)]
     return sorted(times)[len(times) // 2], times
 
 

@@ -3,8 +3,8 @@
 # the forced protocols of small calls (eager and graph), launch settings of large ones,
 # and the fused GEMM + all-scatter over tile shapes and communication programs.
 #   bash scripts/gpu_tune.sh          results in $OUT (device tool) or ./out
-#   SKIP_TESTS=1 / PARTS="small large fused fused_rows collectives fused_ops" to choose
-#   (the last two write the results of record: collectives_h200x4.json, fused_ops_h200x4.json)
+#   SKIP_TESTS=1 / PARTS="small large fused fused_rows collectives collectives_small fused_ops"
+#   (the last three write the results of record: collectives_h200x4.json, ...)
 set -u
 site=$PWD
 if [ -d .whl ]; then
@@ -32,10 +32,11 @@ for part in ${PARTS:-small large fused}; do
     fused_rows) args="--ops gemm_all_scatter --shapes 4096,8192,8192 --iters 50 --no-styles
                  --sweep comm_rows=64;comm_rows=128;comm_sms=16,comm_rows=64;comm_sms=32,comm_rows=64;num_stages=4" ;;
     collectives) args="--max-mib 256 --iters 50 --trials 3" ;;  # the results of record
+    collectives_small) args="--max-mib 1 --iters 200 --trials 5" ;;
     fused_ops) args="--iters 50" ;;
   esac
   bench=collectives; [ "${part#fused}" != "$part" ] && bench=fused_ops
-  name=tune_${part}; [ "$part" = collectives ] || [ "$part" = fused_ops ] && name=$part
+  case $part in small|large|fused|fused_rows) name=tune_$part ;; *) name=$part ;; esac
   # shellcheck disable=SC2086
   timeout "${BENCH_TIMEOUT:-240}" python -m iris.run -n "$gpus" "benchmarks/$bench.py" $args \
     --out "$out/${name}_h200x${gpus}.json" 2>&1 | quiet | tail -60

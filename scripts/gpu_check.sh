@@ -4,15 +4,8 @@
 #   SKIP_TESTS=1 / SKIP_BENCH=1      to leave a part out
 #   TESTS="tests/test_ccl.py"          to run some test files only
 set -u
-site=$PWD
-if [ -d .whl ]; then  # packages the GPU image lacks (perfetto), carried as wheels
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  site=$PWD:/tmp/site
-fi
-export PYTHONPATH=$site IRIS_BACKEND=cuda PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-out=${OUT:-out}; mkdir -p "$out"
-gpus=$(nvidia-smi -L | wc -l)
+# shellcheck source=scripts/gpu_env.sh
+. "$(dirname "$0")/gpu_env.sh"
 sizes=1,2; [ "$gpus" -ge 4 ] && sizes=1,2,4
 sizes=${IRIS_TEST_WORLD_SIZES:-$sizes}
 nvidia-smi -L

@@ -6,15 +6,8 @@
 #   SKIP_TESTS=1 / PARTS="small large fused fused_rows collectives collectives_small fused_ops"
 #   (the last three write the results of record: collectives_h200x4.json, ...)
 set -u
-site=$PWD
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  site=$PWD:/tmp/site
-fi
-export PYTHONPATH=$site IRIS_BACKEND=cuda PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-out=${OUT:-out}; mkdir -p "$out"
-gpus=$(nvidia-smi -L | wc -l)
+# shellcheck source=scripts/gpu_env.sh
+. "$(dirname "$0")/gpu_env.sh"
 quiet() { grep -v -e Warning -e "^\[rank" -e TCPStore -e "^$"; }
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   IRIS_TEST_WORLD_SIZES=${IRIS_TEST_WORLD_SIZES:-$gpus} timeout -s INT "${TEST_TIMEOUT:-240}" python -m pytest \

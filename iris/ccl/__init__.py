@@ -81,7 +81,8 @@ class CCL:
         """Concatenate every member's ``input_tensor`` into ``output_tensor`` (``group_size * M`` rows).
 
         Like :func:`torch.distributed.all_gather_into_tensor`; ``output_tensor`` must
-        be on the heap.
+        be on the heap unless the call is small enough to be low-latency or staged
+        (``Config.protocol``).
 
         Example:
             >>> out = ctx.empty(ctx.get_num_ranks() * 128, 64)
@@ -95,7 +96,8 @@ class CCL:
 
         2-D tensors ``(M, N * group_size)`` are split by columns (Iris's layout);
         1-D tensors into contiguous blocks (:func:`torch.distributed.all_to_all_single`).
-        ``output_tensor`` must be on the heap.
+        ``output_tensor`` must be on the heap unless the call is small enough to be
+        low-latency (``Config.protocol``).
 
         Example:
             >>> world = ctx.get_num_ranks()
@@ -149,7 +151,8 @@ class CCL:
         ``input_tensor`` has ``group_size`` blocks of ``output_tensor.numel()`` elements.
 
         Like :func:`torch.distributed.reduce_scatter_tensor`; ``input_tensor`` must
-        be on the heap. (Iris's own reduce-scatter keeps the full shape; here the
+        be on the heap unless the call is small enough to be low-latency or staged
+        (``Config.protocol``). (Iris's own reduce-scatter keeps the full shape; here the
         output holds just this rank's block.)
 
         Example:
@@ -162,7 +165,8 @@ class CCL:
     def broadcast(self, tensor, src=0, group=None, async_op=False, config=None):
         """Overwrite ``tensor`` on every member with rank ``src``'s, like :func:`torch.distributed.broadcast`.
 
-        ``tensor`` must be on the heap; ``src`` is a global rank.
+        ``tensor`` must be on the heap unless the call is small enough to be staged;
+        ``src`` is a global rank.
 
         Example:
             >>> weights = ctx.randn(4096) if ctx.get_rank() == 0 else ctx.empty(4096)

@@ -106,17 +106,20 @@ class Runtime:
             return "staged" if staged else "direct"
         possible = {"low_latency": low_latency, "staged": staged, "direct": True}[config.protocol]
         if not possible:
-            if config.protocol == "staged":
-                needs = f"at most {self._staging_capacity()} bytes to stage (this call: {staged_bytes})"
+            if not whole_world:
+                why = "it runs only in the whole-world group (group=None)"
+            elif config.protocol == "staged" and staged_bytes is None:
+                why = "this collective has no staged kernel"
+            elif config.protocol == "staged":
+                why = f"it stages at most {self._staging_capacity()} bytes (this call: {staged_bytes})"
+            elif low_latency_bytes is None:
+                why = "it needs blocks of whole, 4-byte-aligned words (and broadcast has no such kernel)"
             else:
-                needs = (
-                    f"aligned blocks of whole 4-byte words, at most {self._low_latency_capacity()} bytes "
-                    f"to each member (this call: {low_latency_bytes})"
+                why = (
+                    f"it sends at most {self._low_latency_capacity()} bytes to each member "
+                    f"(this call: {low_latency_bytes})"
                 )
-            errors.append(
-                f"protocol={config.protocol!r} cannot run this call: it needs the whole-world group and "
-                f"{needs}; None means this collective or these tensors have no such kernel"
-            )
+            errors.append(f"protocol={config.protocol!r} cannot run this call: {why}")
         return config.protocol
 
     def _staging_capacity(self) -> int:

@@ -1,0 +1,11 @@
+# Sourced by the GPU scripts: packages the GPU image lacks (carried as wheels in .whl),
+# the backend, NVLink multicast kept off, and $out / $gpus.
+site=$PWD
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  site=$PWD:/tmp/site
+fi
+export PYTHONPATH=$site IRIS_BACKEND=cuda PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+out=${OUT:-out}; mkdir -p "$out"
+gpus=$(nvidia-smi -L | wc -l)

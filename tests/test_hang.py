@@ -225,6 +225,9 @@ def signal_flag_kernel(flag, cur_rank, to_rank, heap_bases):
 def _slow_wait_body(rank, world_size):
     with iris.iris(1 << 20) as ctx:
         flag = ctx.zeros(1, dtype=torch.int32)
+        # A first launch can take longer than rank 1's sleep on a loaded machine, and the
+        # wait would then be satisfied at once: warm the kernel on a flag already set.
+        wait_flag_kernel[(1,)](ctx.ones(1, dtype=torch.int32), 1, ctx.get_heap_bases())
         ctx.barrier()
         recorded = len(_kinds(ctx))
         if rank == 0:

@@ -10,8 +10,8 @@ trip across the link. Twice the payload crosses the links, so it only pays for
 small messages (``Config.low_latency_max_bytes``).
 
 Every rank's heap holds two halves of ``GROUP`` receive slots
-(``Runtime.low_latency_slots``). Call ``c`` (the shared counter of
-:mod:`iris.ccl.staged`) writes half ``c % 2`` with epoch ``c + 1``. A sender
+(``Runtime.low_latency_slots``). Call ``c`` (``Runtime.protocol_calls``, shared
+with :mod:`iris.ccl.staged`) writes half ``c % 2`` with epoch ``c + 1``. A sender
 rewrites a half at call ``c + 2`` only after finishing call ``c + 1``, which
 needed every member's words of call ``c + 1``, which each member sent only after
 finishing its reads of call ``c``. Stale words carry older epochs and never match.
@@ -49,6 +49,8 @@ MODES = {
 }
 #: Payload words per tile (8 KiB on the wire to each member).
 BLOCK_WORDS = 1024
+#: What a wait that runs out of time reports as its op.
+WAIT_OP: tl.constexpr = tl.constexpr("iris.ccl.low_latency")
 
 
 @triton.jit
@@ -184,16 +186,16 @@ def low_latency_kernel(
         at = _at(w, cols, out_stride, ROWS)
         first = half + tile * BLOCK
         if REDUCE:
-            low, high = _lanes(receive(first, BLOCK, mask, epoch, heap_bases, "iris.ccl.low_latency"), DTYPE)
+            low, high = _lanes(receive(first, BLOCK, mask, epoch, heap_bases, WAIT_OP), DTYPE)
             for s in tl.static_range(1, GROUP):
-                got = receive(first + s * slot_words, BLOCK, mask, epoch, heap_bases, "iris.ccl.low_latency")
+                got = receive(first + s * slot_words, BLOCK, mask, epoch, heap_bases, WAIT_OP)
                 more_low, more_high = _lanes(got, DTYPE)
                 low = ccl.combine(low, more_low, OP)
                 high = ccl.combine(high, more_high, OP)
             tl.store(dst + at, _word(low, high, DTYPE), mask=mask)
         else:
             for s in tl.static_range(GROUP):
-                got = receive(first + s * slot_words, BLOCK, mask, epoch, heap_bases, "iris.ccl.low_latency")
+                got = receive(first + s * slot_words, BLOCK, mask, epoch, heap_bases, WAIT_OP)
                 tl.store(dst + at + s * cols, got, mask=mask)
     finish_call(calls, call)
 
@@ -236,6 +238,6 @@ def low_latency_launch(runtime, state, mode: str, out, inp, config, op=None, row
         out, inp, words, cols, in_stride, out_stride,
         state.ranks, state.my_index, runtime.ctx.cur_rank, runtime.ctx.get_heap_bases(),
         state.size, BLOCK_WORDS, op.value if op is not None else "sum",
-        slots, slots.shape[-1], runtime.staged_calls, scatter, reduce, rows > 1,
+        slots, slots.shape[-1], runtime.protocol_calls, scatter, reduce, rows > 1,
     )  # fmt: skip
     return low_latency_kernel, grid, args, config.num_warps

@@ -73,8 +73,9 @@ class Runtime:
         self._launches: dict[tuple, PreparedLaunch] = {}
         self._staging: torch.Tensor | None = None
         self._low_latency: torch.Tensor | None = None
-        #: Staged calls so far and programs done with the current one (``staged_kernel``).
-        self.staged_calls = torch.zeros(2, dtype=torch.int32, device=ctx.device)
+        #: Calls of the staged and low-latency protocols so far, and programs done with the
+        #: current one: both protocols take turns on their halves by this one count.
+        self.protocol_calls = torch.zeros(2, dtype=torch.int32, device=ctx.device)
 
     def protocol(self, errors: list[str], state: Group, config, staged_bytes, low_latency_bytes=None) -> str:
         """The protocol a call runs (``Config.protocol``): ``"low_latency"``, ``"staged"`` or ``"direct"``.

@@ -121,7 +121,7 @@ def staged_kernel(
 def finish_call(calls, call):
     """Count this program out of call ``call``; the last one hands the next call the other half.
 
-    ``calls`` is ``Runtime.staged_calls``: ``[call, programs finished with it]``,
+    ``calls`` is ``Runtime.protocol_calls``: ``[call, programs finished with it]``,
     shared by the staged and low-latency protocols.
 
     Example:
@@ -148,6 +148,6 @@ def staged_launch(runtime, state, mode: str, out, inp, n: int, config, op=None, 
     reduction = op.value if op is not None else "sum"
     args = (
         out, inp, n, src_index, *runtime.group_args(state), block, reduction,
-        typed, runtime.staged_calls, typed.numel() // 2, mode,
+        typed, runtime.protocol_calls, typed.numel() // 2, mode,
     )  # fmt: skip
     return staged_kernel, grid, args, config.num_warps

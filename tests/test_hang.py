@@ -222,18 +222,29 @@ def signal_flag_kernel(flag, cur_rank, to_rank, heap_bases):
     iris.signal(flag, 1, cur_rank, to_rank, heap_bases, op="set")
 
 
+def _wait_until_pending(path, limit_s=120.0):
+    # A fixed sleep is not enough on a loaded machine: the waiting rank's launch, or its
+    # first CHECK_EVERY spins under the interpreter, can outlast it. Ask that rank to
+    # publish until its flight file shows the wait as pending (as ``iris-trace hang-report`` does).
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        fmt.request_publish([path], wait_s=1.0)
+        if fmt.read_flight_file(path).pending:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} showed no pending wait within {limit_s:g} s")
+
+
 def _slow_wait_body(rank, world_size):
     with iris.iris(1 << 20) as ctx:
         flag = ctx.zeros(1, dtype=torch.int32)
-        # A first launch can take longer than rank 1's sleep on a loaded machine, and the
-        # wait would then be satisfied at once: warm the kernel on a flag already set.
-        wait_flag_kernel[(1,)](ctx.ones(1, dtype=torch.int32), 1, ctx.get_heap_bases())
         ctx.barrier()
         recorded = len(_kinds(ctx))
         if rank == 0:
             wait_flag_kernel[(1,)](flag, 1, ctx.get_heap_bases())
         elif rank == 1:
-            time.sleep(0.5)  # rank 0 spins meanwhile
+            recorder = ctx.hang.recorder
+            _wait_until_pending(fmt.flight_path(recorder.directory, recorder.session, 0))
             signal_flag_kernel[(1,)](flag, 1, 0, ctx.get_heap_bases())
         ctx.barrier()
         if rank == 0:
@@ -291,7 +302,7 @@ def test_sigterm_dumps_the_flight_recorder(tmp_path):
         [sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     session = proc.stdout.readline().split()[1]
-    time.sleep(1.0)  # inside the wait
+    _wait_until_pending(fmt.flight_path(str(tmp_path), session, 0))
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM), (proc.returncode, stderr)

@@ -11,6 +11,8 @@ Per shape: the baseline; cuBLAS alone and Iris's Triton GEMM alone (TFLOP/s: whe
 time goes); the fused kernel; the unfused fallback (cuBLAS + Iris/ccl communication);
 for gemm_all_scatter also the other overlap styles. `auto` is whichever of fused and
 unfused ctx.ops would pick (iris.ops.config.choose_variant), with its measured time.
+gemm_all_scatter, matmul_reduce_scatter and all_gather_matmul also time the copy-engine
+variant (cuBLAS on every SM, DMA puts pipelined behind it).
 Every rank runs the same fixed iteration count (benchmarks/common.py: warm-up, barrier,
 CUDA events, max over ranks). Each fused and unfused result is checked against the
 baseline's.
@@ -18,6 +20,7 @@ baseline's.
     python -m iris.run -n 4 benchmarks/fused_ops.py --out benchmarks/results/fused_ops_h200x4.json
     ... --full                     the whole grid: M in 1024..16384, N and K in {4096, 8192, 14336}
     ... --shapes 8192,8192,8192    chosen shapes;  --ops matmul_all_reduce;  --iters 50
+    ... --sweep "variant=copy_engine,copy_chunks=2;comm_sms=16"   config changes beside the defaults
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from iris.ops.gemm import matmul_kernel
 
 OPS = ("gemm_all_scatter", "matmul_all_reduce", "matmul_reduce_scatter", "all_gather_matmul")
 STYLES = ("bulk_synchronous", "fused_sequential", "producer_consumer")  # workgroup_specialized = fused
+#: Ops with a copy-engine variant (cuBLAS on every SM, pipelined DMA puts).
+COPY_ENGINE_OPS = ("gemm_all_scatter", "matmul_reduce_scatter", "all_gather_matmul")
 FULL_M = (1024, 2048, 4096, 8192, 16384)
 FULL_NK = (4096, 8192, 14336)
 DEFAULT_SHAPES = [(m, n, k) for m in (1024, 4096, 16384) for n, k in ((8192, 8192), (14336, 4096))]
@@ -149,7 +154,7 @@ class Problem:
             self.depth,
             ctx.get_num_ranks(),
             ctx.get_cu_count(),
-            self.op,
+            "matmul_all_gather" if self.op == "gemm_all_scatter" else self.op,
         )
 
 
@@ -169,6 +174,8 @@ def measure(ctx, problem, args):
     timed("triton_gemm", problem.triton_gemm)
     errors = {}
     variants = ["fused", "unfused"]
+    if problem.op in COPY_ENGINE_OPS:
+        variants.append("copy_engine")
     if problem.op == "gemm_all_scatter" and not args.no_styles:
         variants += list(STYLES)
     for variant in variants:
@@ -179,11 +186,15 @@ def measure(ctx, problem, args):
         errors[variant] = relative_error(problem.out, expected)
     default = problem.config
     for fields in args.sweep:
-        label = "fused[" + ",".join(f"{k}={v}" for k, v in fields.items()) + "]"
+        fields = dict(fields)
+        variant = fields.pop("variant", "fused")
+        if variant == "copy_engine" and problem.op not in COPY_ENGINE_OPS:
+            continue
+        label = f"{variant}[" + ",".join(f"{k}={v}" for k, v in fields.items()) + "]"
         problem.config = default.replace(**fields)
         problem.out.fill_(float("nan"))
         ctx.barrier()
-        timed(label, lambda: problem.iris("fused"))
+        timed(label, lambda v=variant: problem.iris(v))
         ctx.barrier()
         errors[label] = relative_error(problem.out, expected)
     problem.config = default
@@ -258,7 +269,11 @@ def main():
                     f"Triton {row['triton_gemm_tflops']:6.1f}  ok={row['correct']}",
                     flush=True,
                 )
-                for label in (v for v in ms if v.startswith("fused[")):
+                if "copy_engine" in ms:
+                    print(
+                        f"    copy_engine {ms['copy_engine']:8.3f} ms ({s['copy_engine']:.2f}x)", flush=True
+                    )
+                for label in (v for v in ms if "[" in v):
                     print(f"    {label:40} {ms[label]:8.3f} ms ({s[label]:.2f}x)", flush=True)
     goals = check_goals(rows)
     report = {

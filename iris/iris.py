@@ -16,6 +16,7 @@ from iris_trace import hang as fmt
 from . import config
 from .backends import make_backend
 from .ccl import CCL
+from .copy_engine import CopyEngine
 from .device.barrier import device_barrier_kernel
 from .device.context import HEADER_SLOTS, context_length
 from .distributed import init_distributed
@@ -71,6 +72,8 @@ class Iris:
         self._barrier_launches: dict[tuple, PreparedLaunch] = {}
         #: Device-side collectives (``ctx.ccl.all_reduce(out, inp)``); see :mod:`iris.ccl`.
         self.ccl = CCL(self)
+        #: Copy-engine puts into peers' heaps (``ctx.copy_engine.put``); see :mod:`iris.copy_engine`.
+        self.copy_engine = CopyEngine(self)
 
         context = [self.cur_rank, self.num_ranks, *self.heap.bases, heap_size]
         context += [0] * (context_length(self.num_ranks) - len(context))

@@ -44,15 +44,18 @@ class PreparedLaunch:
         # (it skips them itself), just as Triton's own launch path passes them.
         self.positional = tuple(bound.arguments[name] for name in kernel.arg_names)
         self.compiled = None
+        self._device = None
 
     def __call__(self) -> None:
         if self.compiled is None or _hooks_installed():
             compiled = self.kernel[self.grid](*self.args, **self.kwargs)
             # The interpreter returns nothing to reuse; it always takes this path.
             self.compiled = compiled if hasattr(compiled, "packed_metadata") else None
+            if self.compiled is not None:
+                # Compiled for, and launched on, this device (a rank's device never changes).
+                self._device = triton.runtime.driver.active.get_current_device()
             return
-        device = triton.runtime.driver.active.get_current_device()
-        stream = triton.runtime.driver.active.get_current_stream(device)
+        stream = triton.runtime.driver.active.get_current_stream(self._device)
         c = self.compiled
         grid = self.grid
         c.run(

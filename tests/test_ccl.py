@@ -355,6 +355,29 @@ def test_repeated_mixed_calls_stay_in_step(world):
         assert all(ok), ok
 
 
+def _replay_body(rank, world_size):
+    # The second call replays the first one's launch (same objects, same options);
+    # a tensor re-pointed in place, or another op, must not.
+    with iris.iris(1 << 22) as ctx:
+        out, inp = ctx.empty(N), _random(ctx, (N,), torch.float32, seed=rank)
+        ok = []
+        for seed in (10, 20):
+            inp.copy_(_random(ctx, (N,), torch.float32, seed=seed + rank))
+            ctx.ccl.all_reduce(out, inp)
+            ok.append(_close(out, _reduce(_gather(inp), "sum"), torch.float32))
+        inp.set_(_random(ctx, (N,), torch.float32, seed=30 + rank))  # same object, new memory
+        ctx.ccl.all_reduce(out, inp)
+        ok.append(_close(out, _reduce(_gather(inp), "sum"), torch.float32))
+        ctx.ccl.all_reduce(out, inp, op="max")
+        ok.append(_close(out, _reduce(_gather(inp), "max"), torch.float32))
+        return ok
+
+
+def test_repeated_calls_replay_only_while_nothing_changed(world):
+    for ok in world.run(_replay_body):
+        assert all(ok), ok
+
+
 def _subgroup_body(rank, world_size):
     with iris.iris(1 << 22) as ctx:
         halves = [

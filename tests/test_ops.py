@@ -29,7 +29,7 @@ def _relative_error(got, expected):
 
 
 def _calls(variant):
-    return 2 if variant in ("fused", "workgroup_specialized", "producer_consumer") else 1
+    return 2 if variant in ("fused", "workgroup_specialized", "producer_consumer", "copy_engine") else 1
 
 
 def _config(variant):
@@ -66,6 +66,8 @@ def _matmul_all_gather_body(rank, world_size, variant, dim, dtype_name):
         ("fused_sequential", 1, "fp16"),
         ("bulk_synchronous", 0, "bf16"),
         ("unfused", 1, "bf16"),
+        ("copy_engine", 1, "bf16"),
+        ("copy_engine", 0, "fp16"),
     ],
 )
 def test_matmul_all_gather_matches_torch(multi_world, variant, dim, dtype):
@@ -90,7 +92,9 @@ def _all_gather_matmul_body(rank, world_size, variant, dtype_name):
         return errors
 
 
-@pytest.mark.parametrize("variant,dtype", [("fused", "bf16"), ("fused", "fp16"), ("unfused", "bf16")])
+@pytest.mark.parametrize(
+    "variant,dtype", [("fused", "bf16"), ("fused", "fp16"), ("unfused", "bf16"), ("copy_engine", "bf16")]
+)
 def test_all_gather_matmul_matches_torch(multi_world, variant, dtype):
     for errors in multi_world.run(_all_gather_matmul_body, variant, dtype):
         assert max(errors) < 1e-2, errors
@@ -127,6 +131,7 @@ def _gemm_reduce_body(rank, world_size, op, variant, dtype_name):
         ("matmul_reduce_scatter", "fused", "bf16"),
         ("matmul_reduce_scatter", "fused", "fp16"),
         ("matmul_reduce_scatter", "unfused", "fp16"),
+        ("matmul_reduce_scatter", "copy_engine", "bf16"),
     ],
 )
 def test_gemm_reduce_matches_torch(multi_world, op, variant, dtype):
@@ -216,20 +221,22 @@ def _gpu_default_body(rank, world_size, dtype_name):
     with iris.iris(1 << 30) as ctx:
         a, b = _inputs(ctx, rank, (m, k), (k, n), dtype, 0)
         local = a.float() @ b.float()
-        for variant in ("fused", "unfused", "bulk_synchronous", "fused_sequential", "producer_consumer"):
+        scatter_variants = ("fused", "unfused", "bulk_synchronous", "fused_sequential", "producer_consumer")
+        for variant in (*scatter_variants, "copy_engine"):
             out = ctx.full((m, world_size * n), float("nan"), dtype=dtype)
             ctx.ops.matmul_all_gather(out, a, b, dim=1, config=_default(ctx, m, n, k, variant))
             ctx.barrier()
             parts = torch.empty(world_size * m, n, device=a.device)
             dist.all_gather_into_tensor(parts, local)
             errors[f"all_gather/{variant}"] = _relative_error(out, torch.cat(parts.split(m), dim=1).cpu())
-        for variant in ("fused", "unfused"):
-            out = ctx.full((m, n), float("nan"), dtype=dtype)
-            ctx.ops.matmul_all_reduce(out, a, b, config=_default(ctx, m, n, k, variant))
-            ctx.barrier()
-            expected = local.clone()
-            dist.all_reduce(expected)
-            errors[f"all_reduce/{variant}"] = _relative_error(out, expected.cpu())
+        for variant in ("fused", "unfused", "copy_engine"):
+            if variant != "copy_engine":
+                out = ctx.full((m, n), float("nan"), dtype=dtype)
+                ctx.ops.matmul_all_reduce(out, a, b, config=_default(ctx, m, n, k, variant))
+                ctx.barrier()
+                expected = local.clone()
+                dist.all_reduce(expected)
+                errors[f"all_reduce/{variant}"] = _relative_error(out, expected.cpu())
             rows = (m // world_size) * world_size
             out = ctx.full((rows // world_size, n), float("nan"), dtype=dtype)
             ctx.ops.matmul_reduce_scatter(out, a[:rows], b, config=_default(ctx, m, n, k, variant))

@@ -8,6 +8,7 @@ map, how to map a peer's block, and what "the device" is. Everything above it
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,31 @@ class Allocation:
     tensor: torch.Tensor
     handle: Any
     owner: Any
+
+
+class CopyLanes(ABC):
+    """Copy-engine queues beside the current stream, one per lane (a peer, say).
+
+    Copies on a lane run in the order queued, concurrently with the kernels of the
+    current stream and with the other lanes; :meth:`fork` and :meth:`join` order
+    them against the current stream, so CUDA-graph capture records them too.
+    """
+
+    @abstractmethod
+    def fork(self) -> None:
+        """Work queued on any lane from now on starts after the work queued so far on the current stream."""
+
+    @abstractmethod
+    def copy_2d(self, lane: int, dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, rows: int):
+        """Queue a copy of ``rows`` rows of ``width`` bytes (addresses and pitches in bytes)."""
+
+    @abstractmethod
+    def run(self, lane: int, launch: Callable[[], None]) -> None:
+        """Call ``launch`` with ``lane`` as the current stream: its kernels follow the lane's copies."""
+
+    @abstractmethod
+    def join(self) -> None:
+        """Work queued on the current stream from now on starts after everything queued on the lanes."""
 
 
 class Backend(ABC):
@@ -81,6 +107,10 @@ class Backend(ABC):
     def copy_while_running(self, destination: torch.Tensor, source: torch.Tensor) -> None:
         """Copy ``source`` (device) into ``destination`` (host) without waiting for running kernels."""
         destination.copy_(source)
+
+    @abstractmethod
+    def copy_lanes(self, device: torch.device, count: int) -> CopyLanes:
+        """``count`` copy-engine lanes on ``device`` (see :class:`CopyLanes`)."""
 
     @abstractmethod
     def synchronize(self, device: torch.device, stream=None) -> None:

@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from .base import Allocation, Backend
+from .base import Allocation, Backend, CopyLanes
 
 
 def _runtime():
@@ -60,6 +60,54 @@ class _DeviceBuffer:
             "version": 3,
             "strides": None,
         }
+
+
+class _StreamLanes(CopyLanes):
+    """One CUDA stream per lane; copies are ``cudaMemcpy2DAsync`` (a DMA copy engine, no SM)."""
+
+    def __init__(self, device: torch.device, count: int):
+        self._device = device
+        self._streams: list[torch.cuda.Stream | None] = [None] * count
+        self._forked: torch.cuda.Event | None = None
+        self._waited: set[int] = set()  # lanes that already wait for the latest fork
+        self._used: set[int] = set()  # lanes with work the current stream has not joined
+
+    def _stream(self, lane: int) -> torch.cuda.Stream:
+        stream = self._streams[lane]
+        if stream is None:
+            stream = self._streams[lane] = torch.cuda.Stream(self._device)
+        if lane not in self._waited:
+            if self._forked is not None:
+                stream.wait_event(self._forked)
+            self._waited.add(lane)
+        self._used.add(lane)
+        return stream
+
+    def fork(self) -> None:
+        self._forked = torch.cuda.Event()
+        self._forked.record(torch.cuda.current_stream(self._device))
+        self._waited.clear()
+
+    def copy_2d(self, lane, dst, dst_pitch, src, src_pitch, width, rows):
+        runtime = _runtime()
+        stream = self._stream(lane)
+        _check(
+            runtime.cudaMemcpy2DAsync(
+                dst, dst_pitch, src, src_pitch, width, rows,
+                runtime.cudaMemcpyKind.cudaMemcpyDeviceToDevice, stream.cuda_stream,
+            ),
+            "cudaMemcpy2DAsync",
+        )  # fmt: skip
+
+    def run(self, lane, launch):
+        with torch.cuda.stream(self._stream(lane)):
+            launch()
+
+    def join(self) -> None:
+        current = torch.cuda.current_stream(self._device)
+        for lane in sorted(self._used):
+            current.wait_stream(self._streams[lane])
+        self._used.clear()
 
 
 class CudaBackend(Backend):
@@ -137,6 +185,9 @@ class CudaBackend(Backend):
             with torch.cuda.stream(stream):
                 destination.copy_(source, non_blocking=True)
             stream.synchronize()
+
+    def copy_lanes(self, device: torch.device, count: int) -> CopyLanes:
+        return _StreamLanes(device, count)
 
     def synchronize(self, device: torch.device, stream=None) -> None:
         if stream is None:

@@ -8,13 +8,14 @@ addresses, so the same RMA kernels that run on GPUs run here unchanged.
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import tempfile
 
 import torch
 
-from .base import Allocation, Backend
+from .base import Allocation, Backend, CopyLanes
 
 #: SMs reported by ``get_cu_count()``; tracing maps program ids onto them.
 DEFAULT_VIRTUAL_SMS = 8
@@ -48,6 +49,27 @@ def _map_file(path: str, nbytes: int, create: bool) -> tuple[mmap.mmap, torch.Te
     # torch.frombuffer keeps the mmap alive for as long as any view of the heap exists,
     # so dropping Iris's own reference can never leave a dangling pointer.
     return region, torch.frombuffer(region, dtype=torch.uint8)
+
+
+class _ImmediateLanes(CopyLanes):
+    """Copies done at once by the CPU: the interpreter runs every launch to its end before
+    the next one starts, so work queued "beside" the current stream is simply work done now."""
+
+    def fork(self) -> None:
+        pass
+
+    def copy_2d(self, lane, dst, dst_pitch, src, src_pitch, width, rows):
+        if dst_pitch == src_pitch == width:
+            ctypes.memmove(dst, src, width * rows)
+            return
+        for row in range(rows):
+            ctypes.memmove(dst + row * dst_pitch, src + row * src_pitch, width)
+
+    def run(self, lane, launch):
+        launch()
+
+    def join(self) -> None:
+        pass
 
 
 class EmulatedBackend(Backend):
@@ -86,6 +108,9 @@ class EmulatedBackend(Backend):
     def free(self, allocation: Allocation) -> None:
         self.after_all_mapped(allocation)
         allocation.owner.clear()
+
+    def copy_lanes(self, device: torch.device, count: int) -> CopyLanes:
+        return _ImmediateLanes()
 
     def synchronize(self, device: torch.device, stream=None) -> None:
         pass  # the interpreter runs kernels synchronously

@@ -88,7 +88,12 @@ class CCL:
             >>> out = ctx.empty(ctx.get_num_ranks() * 128, 64)
             >>> ctx.ccl.all_gather(out, ctx.randn(128, 64))
         """
-        _all_gather(self._runtime, output_tensor, input_tensor, group, config or _DEFAULT_CONFIG)
+        self._runtime.call(
+            "all_gather",
+            lambda: _all_gather(self._runtime, output_tensor, input_tensor, group, config or _DEFAULT_CONFIG),
+            (output_tensor, input_tensor),
+            (group, config),
+        )
         return self._done(async_op)
 
     def all_to_all(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
@@ -104,7 +109,12 @@ class CCL:
             >>> out = ctx.empty(128, 32 * world)
             >>> ctx.ccl.all_to_all(out, ctx.randn(128, 32 * world))
         """
-        _all_to_all(self._runtime, output_tensor, input_tensor, group, config or _DEFAULT_CONFIG)
+        self._runtime.call(
+            "all_to_all",
+            lambda: _all_to_all(self._runtime, output_tensor, input_tensor, group, config or _DEFAULT_CONFIG),
+            (output_tensor, input_tensor),
+            (group, config),
+        )
         return self._done(async_op)
 
     def all_reduce_preamble(
@@ -142,7 +152,14 @@ class CCL:
             >>> ctx.ccl.all_reduce(out, ctx.randn(4096))
             >>> ctx.ccl.all_reduce(out, inp, config=Config(all_reduce_variant="two_shot"))
         """
-        _all_reduce(self._runtime, output_tensor, input_tensor, op, group, config or _DEFAULT_CONFIG)
+        self._runtime.call(
+            "all_reduce",
+            lambda: _all_reduce(
+                self._runtime, output_tensor, input_tensor, op, group, config or _DEFAULT_CONFIG
+            ),
+            (output_tensor, input_tensor),
+            (op, group, config),
+        )
         return self._done(async_op)
 
     def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None):
@@ -159,7 +176,14 @@ class CCL:
             >>> out = ctx.empty(128, 64)
             >>> ctx.ccl.reduce_scatter(out, ctx.randn(ctx.get_num_ranks() * 128, 64))
         """
-        _reduce_scatter(self._runtime, output_tensor, input_tensor, op, group, config or _DEFAULT_CONFIG)
+        self._runtime.call(
+            "reduce_scatter",
+            lambda: _reduce_scatter(
+                self._runtime, output_tensor, input_tensor, op, group, config or _DEFAULT_CONFIG
+            ),
+            (output_tensor, input_tensor),
+            (op, group, config),
+        )
         return self._done(async_op)
 
     def broadcast(self, tensor, src=0, group=None, async_op=False, config=None):
@@ -172,5 +196,10 @@ class CCL:
             >>> weights = ctx.randn(4096) if ctx.get_rank() == 0 else ctx.empty(4096)
             >>> ctx.ccl.broadcast(weights, src=0)
         """
-        _broadcast(self._runtime, tensor, src, group, config or _DEFAULT_CONFIG)
+        self._runtime.call(
+            "broadcast",
+            lambda: _broadcast(self._runtime, tensor, src, group, config or _DEFAULT_CONFIG),
+            (tensor,),
+            (src, group, config),
+        )
         return self._done(async_op)

@@ -48,7 +48,13 @@ from .all_scatter import (
     fused_sequential_kernel,
     workgroup_specialized_kernel,
 )
-from .config import FusedConfig, choose_variant, default_config
+from .config import COPY_ENGINE, FusedConfig, choose_variant, default_config
+from .copy_plans import (
+    all_gather_matmul_plan,
+    matmul_all_gather_plan,
+    matmul_into,
+    matmul_reduce_scatter_plan,
+)
 from .gather import all_gather_matmul_kernel
 from .gemm import SCOPE_GEMM, matmul_kernel
 from .reduce import gemm_reduce_kernel
@@ -171,7 +177,9 @@ class Ops:
         expected = (world * M, N) if dim == 0 else (M, world * N)
         _check_out("matmul_all_gather", out, expected, A, ctx, symmetric=True)
         block = out.narrow(dim, rank * (M if dim == 0 else N), M if dim == 0 else N)
-        cfg, variant = self._config_and_variant(config, M, N, K)
+        cfg, variant = self._config_and_variant(config, M, N, K, "matmul_all_gather")
+        if variant == COPY_ENGINE:
+            return matmul_all_gather_plan(self, out, A, B, block, cfg.copy_chunks, async_op)
         if variant == "fused":
             variant = "workgroup_specialized"
         num_sms = ctx.get_cu_count()
@@ -182,7 +190,7 @@ class Ops:
         steps = [lambda: epoch.add_(1)]
         if variant in ("unfused", "bulk_synchronous"):
             if variant == "unfused":
-                steps.append(lambda: _matmul_into(A, B, block))
+                steps.append(lambda: matmul_into(A, B, block))
             else:
                 steps.append(PreparedLaunch(
                     matmul_kernel, (min(num_sms, tiles),),
@@ -226,14 +234,17 @@ class Ops:
         M, K, N = _gemm_dims("all_gather_matmul", A, B)
         _check_out("all_gather_matmul", out, (world * M, N), A, ctx, symmetric=False)
         cfg, variant = self._config_and_variant(config, world * M, N, K, "all_gather_matmul")
-        if variant not in ("fused", "unfused"):
+        if variant not in ("fused", "unfused", COPY_ENGINE):
             raise ValueError(
-                f"iris.ops.all_gather_matmul: variant must be auto, fused or unfused, got {variant!r}"
+                "iris.ops.all_gather_matmul: variant must be auto, fused, unfused or copy_engine, "
+                f"got {variant!r}"
             )
+        if variant == COPY_ENGINE:
+            return all_gather_matmul_plan(self, out, A, B)
         if variant == "unfused" or world == 1:
             # Its own buffer: ctx.ccl's handshake guards it, not the fused path's flags.
             gathered = self._buffer("gathered_unfused", (world * M, K), A.dtype)
-            steps = [lambda: ctx.ccl.all_gather(gathered, A), lambda: _matmul_into(gathered, B, out)]
+            steps = [lambda: ctx.ccl.all_gather(gathered, A), lambda: matmul_into(gathered, B, out)]
             if not A.is_contiguous():
                 shard = torch.empty_like(A, memory_format=torch.contiguous_format)
                 steps = [lambda: shard.copy_(A), lambda: ctx.ccl.all_gather(gathered, shard), steps[1]]
@@ -267,17 +278,20 @@ class Ops:
             raise ValueError(f"iris.ops.{name}: A has {total_rows} rows, not a multiple of {world} ranks")
         M = total_rows // world if scatter else total_rows
         _check_out(name, out, (M, N), A, ctx, symmetric=not scatter)
-        cfg, variant = self._config_and_variant(config, total_rows, N, K)
-        if variant not in ("fused", "unfused"):
-            raise ValueError(f"iris.ops.{name}: variant must be auto, fused or unfused, got {variant!r}")
+        cfg, variant = self._config_and_variant(config, total_rows, N, K, name)
+        allowed = ("fused", "unfused", COPY_ENGINE) if scatter else ("fused", "unfused")
+        if variant not in allowed:
+            raise ValueError(f"iris.ops.{name}: variant must be auto or one of {allowed}, got {variant!r}")
         partial = self._buffer("partial", (total_rows, N), out.dtype)
         if world == 1:
-            return [lambda: _matmul_into(A, B, out)]
+            return [lambda: matmul_into(A, B, out)]
+        if variant == COPY_ENGINE:
+            return matmul_reduce_scatter_plan(self, out, A, B)
         if variant == "unfused":
             # ctx.ccl's collectives finish like NCCL's: this rank's out is complete and
             # nobody reads this rank's partial any more, so no barrier has to follow.
             collective = ctx.ccl.reduce_scatter if scatter else ctx.ccl.all_reduce
-            return [lambda: _matmul_into(A, B, partial), lambda: collective(out, partial)]
+            return [lambda: matmul_into(A, B, partial), lambda: collective(out, partial)]
         tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
         counters = self._flags("reduce", tiles)
         num_sms = ctx.get_cu_count()
@@ -375,13 +389,6 @@ def _check_out(name, out, shape, A, ctx, symmetric: bool):
         )
     if A.device != out.device:
         raise ValueError(f"iris.ops.{name}: A is on {A.device} but out is on {out.device}")
-
-
-def _matmul_into(A, B, out):
-    if out.is_contiguous() or out.stride(1) == 1:
-        torch.matmul(A, B, out=out)
-    else:
-        out.copy_(A @ B)
 
 
 def _gemm_options(cfg, K) -> dict:

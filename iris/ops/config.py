@@ -17,7 +17,10 @@ SCATTER_VARIANTS = (
     "workgroup_specialized",
     "producer_consumer",
 )
-VARIANTS = ("auto", "fused", "unfused", *SCATTER_VARIANTS)
+#: cuBLAS on every SM while the copy engines move finished blocks (``matmul_all_gather``,
+#: ``all_gather_matmul``, ``matmul_reduce_scatter``; see :mod:`iris.ops.copy_plans`).
+COPY_ENGINE = "copy_engine"
+VARIANTS = ("auto", "fused", "unfused", COPY_ENGINE, *SCATTER_VARIANTS)
 
 #: ``auto`` fuses on GPUs only when the output has at least this many 128 x 128 tiles
 #: per SM: below that the GEMM cannot give SMs to communication without adding a wave,
@@ -37,10 +40,12 @@ class FusedConfig:
         num_warps, num_stages: Triton launch settings of the fused kernel.
         comm_sms: programs (one per SM) that communicate in workgroup-specialised kernels.
         comm_rows: rows per copy step of a communication program (bounds its registers).
-        variant: ``"auto"`` (fused or unfused by :func:`choose_variant`), ``"fused"``,
-            ``"unfused"`` (cuBLAS + a collective), or for ``matmul_all_gather`` one of
-            ``bulk_synchronous``, ``fused_sequential``, ``workgroup_specialized``,
-            ``producer_consumer``.
+        copy_chunks: row chunks of the copy-engine ``matmul_all_gather`` (0: one per
+            1024 rows, 2 to 8): chunk ``c`` travels while chunk ``c + 1`` is computed.
+        variant: ``"auto"`` (by :func:`choose_variant`), ``"fused"``, ``"unfused"``
+            (cuBLAS + a collective), ``"copy_engine"`` (cuBLAS + copy-engine puts,
+            pipelined), or for ``matmul_all_gather`` one of ``bulk_synchronous``,
+            ``fused_sequential``, ``workgroup_specialized``, ``producer_consumer``.
 
     Example:
         >>> cfg = FusedConfig(block_m=128, block_n=128, comm_sms=24, variant="fused")
@@ -54,6 +59,7 @@ class FusedConfig:
     num_stages: int = 3
     comm_sms: int = 16
     comm_rows: int = 32
+    copy_chunks: int = 0
     variant: str = "auto"
 
     def __post_init__(self):
@@ -67,6 +73,8 @@ class FusedConfig:
             raise ValueError(
                 f"iris.ops: comm_rows ({self.comm_rows}) must not exceed block_m ({self.block_m})"
             )
+        if self.copy_chunks < 0:
+            raise ValueError(f"iris.ops: copy_chunks must be >= 0 (0: automatic), got {self.copy_chunks}")
         if self.comm_sms < 1:
             raise ValueError(f"iris.ops: comm_sms must be at least 1, got {self.comm_sms}")
 

@@ -1,0 +1,117 @@
+"""Copies into peers' heaps by the GPU's copy engines, beside the kernels of the current stream.
+
+A copy engine moves memory over NVLink without taking an SM, so a GEMM keeps every
+SM while the finished part of its output travels. ``ctx.copy_engine`` queues each
+copy on a lane of its own per destination rank: copies to different peers run at
+once, and each lane keeps its copies and launches (:meth:`CopyEngine.then`) in
+order. :meth:`CopyEngine.fork` and :meth:`CopyEngine.join` tie the lanes to the
+current stream, so a CUDA graph captures the whole pattern.
+
+Under emulation the lanes copy at once on the CPU (the interpreter runs every launch
+to its end), so the same code runs in CI.
+
+Example:
+    >>> ce = ctx.copy_engine
+    >>> torch.matmul(a, b, out=block)        # on the current stream
+    >>> ce.fork()                            # copies start once the matmul is done
+    >>> for peer in range(world):
+    ...     if peer != rank:
+    ...         ce.put(block, block, peer)   # into peer's copy of the symmetric ``block``
+    >>> ce.join()                            # later work waits for the copies
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+class CopyEngine:
+    """Copy-engine puts into any rank's heap (``ctx.copy_engine``); see the module doc.
+
+    Example:
+        >>> ctx.copy_engine.fork()
+        >>> ctx.copy_engine.put(dst, src, to_rank=1)
+        >>> ctx.copy_engine.join()
+    """
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+        self._lanes = ctx.backend.copy_lanes(ctx.device, ctx.num_ranks)
+
+    def fork(self) -> None:
+        """Puts and launches queued from now on start after the work queued so far on the current stream.
+
+        Example:
+            >>> ctx.copy_engine.fork()
+        """
+        self._lanes.fork()
+
+    def put(self, dst: torch.Tensor, src: torch.Tensor, to_rank: int) -> None:
+        """Queue a copy of ``src`` (this rank's memory) into rank ``to_rank``'s ``dst``.
+
+        ``dst`` is this rank's view of a symmetric tensor: the copy lands at the same
+        heap offset on ``to_rank``. Both are 1-D contiguous or 2-D with unit column
+        stride (row blocks and column blocks of matrices), with equal shapes and
+        dtypes. It runs on ``to_rank``'s lane, after the latest :meth:`fork`.
+
+        Example:
+            >>> ctx.copy_engine.put(out[rows], out[rows], to_rank=peer)
+        """
+        ctx = self._ctx
+        if not 0 <= to_rank < ctx.num_ranks:
+            raise ValueError(f"iris.copy_engine.put: to_rank {to_rank} is not in [0, {ctx.num_ranks})")
+        if not isinstance(dst, torch.Tensor) or not isinstance(src, torch.Tensor):
+            raise TypeError("iris.copy_engine.put: dst and src must be torch.Tensors")
+        if dst.shape != src.shape or dst.dtype != src.dtype:
+            raise ValueError(
+                f"iris.copy_engine.put: dst is {_dtype_name(dst)} {tuple(dst.shape)} but src is "
+                f"{_dtype_name(src)} {tuple(src.shape)}"
+            )
+        if not ctx.is_symmetric(dst):
+            raise ValueError("iris.copy_engine.put: dst must be on the symmetric heap (peers hold it)")
+        if src.device != ctx.device:
+            raise ValueError(
+                f"iris.copy_engine.put: src is on {src.device}, this rank's device is {ctx.device}"
+            )
+        if dst.numel() == 0:
+            return
+        dst_rows, dst_pitch, width = _rows(dst, "dst")
+        _, src_pitch, _ = _rows(src, "src")
+        address = ctx.heap.bases[to_rank] + ctx.heap.offset_of(dst)
+        self._lanes.copy_2d(to_rank, address, dst_pitch, src.data_ptr(), src_pitch, width, dst_rows)
+
+    def then(self, to_rank: int, launch: Callable[[], None]) -> None:
+        """Run ``launch`` (kernel launches) on ``to_rank``'s lane, after the puts queued there.
+
+        Example:
+            >>> ctx.copy_engine.then(peer, lambda: signal_kernel[(1,)](flag, 1, rank, peer, bases))
+        """
+        self._lanes.run(to_rank, launch)
+
+    def join(self) -> None:
+        """Work queued on the current stream from now on waits for every put and launch queued so far.
+
+        Example:
+            >>> ctx.copy_engine.join()
+        """
+        self._lanes.join()
+
+
+def _dtype_name(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).replace("torch.", "")
+
+
+def _rows(tensor: torch.Tensor, name: str) -> tuple[int, int, int]:
+    """(rows, pitch in bytes, row width in bytes) of a 1-D contiguous or 2-D unit-column-stride tensor."""
+    size = tensor.element_size()
+    if tensor.dim() == 1 and tensor.stride(0) == 1:
+        return 1, tensor.numel() * size, tensor.numel() * size
+    if tensor.dim() == 2 and (tensor.stride(1) == 1 or tensor.shape[1] == 1):
+        pitch = max(tensor.stride(0), tensor.shape[1]) if tensor.shape[0] > 1 else tensor.shape[1]
+        return tensor.shape[0], pitch * size, tensor.shape[1] * size
+    raise ValueError(
+        f"iris.copy_engine.put: {name} must be 1-D contiguous or 2-D with unit column stride, "
+        f"got shape {tuple(tensor.shape)} and strides {tensor.stride()}"
+    )

@@ -1,0 +1,195 @@
+"""Plans of the copy-engine variants (``FusedConfig(variant="copy_engine")``).
+
+A workgroup-specialised kernel gives some SMs to communication, and the GEMM then
+needs more waves of tiles than cuBLAS on the whole GPU. Here cuBLAS keeps every SM
+and the GPU's copy engines move the blocks between heaps (:mod:`iris.copy_engine`),
+pipelined so that a block travels while the next one is computed:
+
+* ``matmul_all_gather``: the local block is computed in row chunks; each finished
+  chunk is put into every peer's ``out`` while the next chunk is computed. Only the
+  last chunk's copies are not hidden.
+* ``all_gather_matmul``: this rank's shard is put into every peer's gather buffer
+  while cuBLAS multiplies the local rows; each peer's rows are multiplied once
+  that peer announces its puts landed.
+* ``matmul_reduce_scatter``: the partial block each peer owns is computed first
+  and put into that peer's landing slot while the next is computed; the owner sums
+  the landed partials (fp32, slot order) into ``out``.
+
+Every plan starts with the entry handshake of :mod:`iris.ops.copy_kernels` and
+ends by joining the copy lanes into the current stream, so CUDA graphs capture it
+whole. The copies are DMA transfers, not kernel stores: traces show the plan's
+handshake kernels, not the puts.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from ..prepared import PreparedLaunch
+from .copy_kernels import announce_landed_kernel, enter_call_kernel, sum_landed_kernel, wait_landed_kernel
+
+#: ``copy_chunks=0`` puts one chunk per this many rows (between 2 and 8 chunks).
+ROWS_PER_CHUNK = 1024
+#: Tile of :func:`sum_landed_kernel`.
+SUM_BLOCK = 64
+
+
+def matmul_into(A, B, out) -> None:
+    """``out = A @ B`` by cuBLAS, writing straight into ``out`` when its rows are unit-stride.
+
+    Example:
+        >>> matmul_into(a, b, out[:, 0:n])
+    """
+    if out.is_contiguous() or out.stride(1) == 1:
+        torch.matmul(A, B, out=out)
+    else:
+        out.copy_(A @ B)
+
+
+def chunk_rows(rows: int, chunks: int) -> int:
+    """Rows per chunk of a ``rows``-row block (``chunks=0``: one chunk per ``ROWS_PER_CHUNK`` rows).
+
+    Example:
+        >>> chunk_rows(4096, 0)
+        1024
+    """
+    if chunks == 0:
+        chunks = min(8, max(2, rows // ROWS_PER_CHUNK))
+    return max(1, -(-rows // chunks))
+
+
+class _Handshake:
+    """The launches every copy-engine plan shares: epoch bump, entry, landed signals and waits."""
+
+    def __init__(self, ops):
+        ctx = ops._ctx
+        self.ctx, self.engine = ctx, ctx.copy_engine
+        self.rank, self.world = ctx.get_rank(), ctx.get_num_ranks()
+        bases = ctx.get_heap_bases()
+        self.epoch = ops._epoch_counter()
+        entry, self.landed = ops._flags("entry", self.world), ops._flags("landed", self.world)
+        self.peers = [(self.rank + i) % self.world for i in range(1, self.world)]
+        self._enter = PreparedLaunch(
+            enter_call_kernel, (1,), (entry, self.epoch, self.rank, self.world, bases)
+        )
+        self._announce = {
+            peer: PreparedLaunch(
+                announce_landed_kernel, (1,), (self.landed, self.epoch, self.rank, peer, bases)
+            )
+            for peer in self.peers
+        }
+        self._wait = {
+            peer: PreparedLaunch(
+                wait_landed_kernel,
+                (1,),
+                (self.landed, self.epoch, -1 if peer is None else peer, self.rank, self.world, bases),
+                {"EVERY_PEER": peer is None},
+            )
+            for peer in [*self.peers, None]
+        }
+
+    def start(self) -> list:
+        """The first steps of a call: a new epoch, then wait until every peer entered it."""
+        return [lambda: self.epoch.add_(1), self._enter]
+
+    def put(self, dst, src, peers, announce: bool = False):
+        """A step: after the work queued so far, put ``src`` into ``dst`` on each of ``peers``."""
+
+        def step():
+            self.engine.fork()
+            for peer in peers:
+                self.engine.put(dst, src, peer)
+                if announce:
+                    self.engine.then(peer, self._announce[peer])
+
+        return step
+
+    def wait(self, peer=None):
+        """A step: wait until ``peer`` (None: every peer) announced that its puts landed here."""
+        return self._wait[peer]
+
+
+def _check_rows_unit_stride(name: str, tensor: torch.Tensor, what: str) -> None:
+    if tensor.dim() != 2 or tensor.stride(1) != 1:
+        raise ValueError(
+            f"iris.ops.{name}: variant='copy_engine' copies whole rows, so {what} needs unit column "
+            f"stride; got strides {tensor.stride()}"
+        )
+
+
+def matmul_all_gather_plan(ops, out, A, B, block, chunks: int, async_op: bool) -> list:
+    """Steps of ``matmul_all_gather`` (either ``dim``): ``block`` is this rank's view in ``out``.
+
+    Example:
+        >>> steps = matmul_all_gather_plan(ctx.ops, out, a, b, out[:, r * n:(r + 1) * n], 0, False)
+    """
+    _check_rows_unit_stride("matmul_all_gather", out, "out")
+    shake = _Handshake(ops)
+    steps = shake.start()
+    rows = chunk_rows(block.shape[0], chunks)
+    for start in range(0, block.shape[0], rows):
+        a_rows, c_rows = A[start : start + rows], block[start : start + rows]
+        steps.append(lambda a=a_rows, c=c_rows: matmul_into(a, B, c))
+        steps.append(shake.put(c_rows, c_rows, shake.peers))
+    steps.append(shake.engine.join)
+    # Peers put into this rank's out: only a barrier says that they are done.
+    if not async_op:
+        steps.append(shake.ctx.device_barrier)
+    return steps
+
+
+def all_gather_matmul_plan(ops, out, A, B) -> list:
+    """Steps of ``all_gather_matmul``: ``out = all_gather(A) @ B``; ends like a collective.
+
+    Example:
+        >>> steps = all_gather_matmul_plan(ctx.ops, out, a_shard, b)
+    """
+    shake = _Handshake(ops)
+    rank, M = shake.rank, A.shape[0]
+    gathered = ops._buffer("gathered_copies", (shake.world * M, A.shape[1]), A.dtype)
+    steps = shake.start()
+    shard = A
+    if A.stride(1) != 1:
+        shard = torch.empty_like(A, memory_format=torch.contiguous_format)
+        steps.append(lambda: shard.copy_(A))
+    steps.append(shake.put(gathered[rank * M : (rank + 1) * M], shard, shake.peers, announce=True))
+    steps.append(lambda: matmul_into(shard, B, out[rank * M : (rank + 1) * M]))
+    for peer in shake.peers:
+        rows = slice(peer * M, (peer + 1) * M)
+        steps.append(shake.wait(peer))
+        steps.append(lambda rows=rows: matmul_into(gathered[rows], B, out[rows]))
+    steps.append(shake.engine.join)
+    return steps
+
+
+def matmul_reduce_scatter_plan(ops, out, A, B) -> list:
+    """Steps of ``matmul_reduce_scatter``: ``A (world*M, K)``; ends like a collective.
+
+    Example:
+        >>> steps = matmul_reduce_scatter_plan(ctx.ops, out, a, b)
+    """
+    shake = _Handshake(ops)
+    rank, world = shake.rank, shake.world
+    M, N = out.shape
+    partial = ops._buffer("partial", (world * M, N), out.dtype)
+    landing = ops._buffer("landing", (world * M, N), out.dtype)
+    mine = landing[rank * M : (rank + 1) * M]
+    steps = shake.start()
+    for peer in shake.peers:
+        rows = slice(peer * M, (peer + 1) * M)
+        steps.append(lambda rows=rows: matmul_into(A[rows], B, partial[rows]))
+        steps.append(shake.put(mine, partial[rows], [peer], announce=True))
+    steps.append(lambda: matmul_into(A[rank * M : (rank + 1) * M], B, mine))
+    steps.append(shake.wait())
+    grid = (triton.cdiv(M, SUM_BLOCK), triton.cdiv(N, SUM_BLOCK))
+    steps.append(
+        PreparedLaunch(
+            sum_landed_kernel,
+            grid,
+            (out, landing, M, N, *out.stride(), world),
+            dict(BLOCK_M=SUM_BLOCK, BLOCK_N=SUM_BLOCK),
+        )
+    )
+    steps.append(shake.engine.join)
+    return steps

@@ -1,0 +1,70 @@
+"""ctx.copy_engine: puts into peers' heaps by copy engines, their ordering, and bad input."""
+
+import pytest
+import torch
+
+import iris
+
+
+def _column_block_body(rank, world_size):
+    # Every rank puts its column block of a matrix into every peer's copy; the first
+    # and last rows check the pitch arithmetic of a block that is not contiguous.
+    rows, cols = 5, 3
+    with iris.iris(1 << 20) as ctx:
+        out = ctx.full((rows, world_size * cols), float("nan"))
+        mine = out[:, rank * cols : (rank + 1) * cols]
+        mine.copy_(torch.randn(rows, cols, generator=torch.Generator().manual_seed(rank)))
+        ctx.barrier()
+        ctx.copy_engine.fork()
+        for peer in range(world_size):
+            if peer != rank:
+                ctx.copy_engine.put(mine, mine, peer)
+        ctx.copy_engine.join()
+        ctx.barrier()
+        expected = torch.cat(
+            [torch.randn(rows, cols, generator=torch.Generator().manual_seed(r)) for r in range(world_size)],
+            dim=1,
+        )
+        return torch.equal(out.cpu(), expected)
+
+
+def test_put_copies_a_column_block_into_every_peer(world):
+    assert all(world.run(_column_block_body))
+
+
+def _row_block_from_off_heap_body(rank, world_size):
+    # A 1-D source anywhere on the device, into a 1-D slice of a symmetric tensor.
+    with iris.iris(1 << 20) as ctx:
+        out = ctx.full((world_size, 7), -1, dtype=torch.int32)
+        source = torch.arange(7, dtype=torch.int32, device=ctx.get_device()) + 100 * rank
+        ctx.barrier()
+        ctx.copy_engine.fork()
+        ctx.copy_engine.put(out[rank], source, (rank + 1) % world_size)
+        ctx.copy_engine.join()
+        ctx.barrier()
+        sender = (rank - 1) % world_size
+        return out[sender].cpu().tolist() == [100 * sender + i for i in range(7)]
+
+
+def test_put_takes_an_off_heap_source(world):
+    assert all(world.run(_row_block_from_off_heap_body))
+
+
+def _bad_put_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        heap = ctx.zeros(4, 4)
+        off_heap = torch.zeros(4, 4, device=ctx.get_device())
+        cases = {
+            "symmetric heap": lambda: ctx.copy_engine.put(off_heap, heap, 0),
+            "is not in": lambda: ctx.copy_engine.put(heap, heap, world_size),
+            "dst is float32": lambda: ctx.copy_engine.put(heap, heap[:2], 0),
+            "unit column stride": lambda: ctx.copy_engine.put(heap.t(), heap.t(), 0),
+        }
+        for message, call in cases.items():
+            with pytest.raises(ValueError, match=message):
+                call()
+        return True
+
+
+def test_bad_puts_say_what_is_wrong(world):
+    assert all(world.run(_bad_put_body))

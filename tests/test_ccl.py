@@ -402,6 +402,25 @@ def test_subgroups_reduce_and_gather_among_members_only(multi_world):
     assert all(multi_world.run(_subgroup_body))
 
 
+def _one_shot_out_anywhere_body(rank, world_size):
+    # One-shot writes only its own out, so ranks may place it differently: on the heap
+    # at different offsets, or off the heap.
+    with iris.iris(1 << 22) as ctx:
+        inp = _random(ctx, (N,), torch.float32, seed=rank)
+        if rank % 2:
+            ctx.empty(7)  # shifts this rank's next heap offset
+            out = ctx.empty(N)
+        else:
+            out = torch.empty(N, device=ctx.get_device())
+        config = dataclasses.replace(SMALL, all_reduce_variant="one_shot", protocol="direct")
+        ctx.ccl.all_reduce(out, inp, config=config)
+        return _close(out, _reduce(_gather(inp), "sum"), torch.float32)
+
+
+def test_one_shot_output_may_sit_anywhere_on_each_rank(world):
+    assert all(world.run(_one_shot_out_anywhere_body))
+
+
 # ---------------------------------------------------------------- errors on every rank
 def _mismatch_body(rank, world_size, problem):
     with iris.iris(1 << 22) as ctx:

@@ -209,8 +209,20 @@ def test_auto_fuses_only_large_multi_rank_problems():
     assert choose_variant(cfg, "cuda", 8192, 2048, 8192, 4, 132) == "fused"
     assert choose_variant(cfg, "cuda", 8192, 2048, 8192, 1, 132) == "unfused"
     assert choose_variant(cfg, "emulated", 8, 8, 8, 2, 8) == "fused"
-    assert choose_variant(cfg, "cuda", 1024, 512, 4096, 4, 132, "all_gather_matmul") == "fused"
     assert choose_variant(cfg.replace(variant="unfused"), "cuda", 8192, 8192, 8192, 4, 132) == "unfused"
+
+
+def test_auto_all_gather_matmul_fuses_from_eight_tiles_per_sm():
+    cfg, op = FusedConfig(), "all_gather_matmul"
+    assert choose_variant(cfg, "cuda", 4096, 3584, 4096, 4, 132, op) == "unfused"  # 6.8 tiles per SM
+    assert choose_variant(cfg, "cuda", 16384, 2048, 8192, 4, 132, op) == "fused"  # 15.5 tiles per SM
+
+
+def test_auto_large_reduce_scatter_uses_the_copy_engines():
+    cfg, op = FusedConfig(), "matmul_reduce_scatter"
+    assert choose_variant(cfg, "cuda", 16384, 8192, 2048, 4, 132, op) == "copy_engine"
+    assert choose_variant(cfg, "cuda", 4096, 14336, 1024, 4, 132, op) == "fused"
+    assert choose_variant(cfg, "emulated", 16384, 8192, 2048, 4, 8, op) == "fused"
 
 
 def _gpu_default_body(rank, world_size, dtype_name):

@@ -279,7 +279,7 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
             if variant == "atomic" and inp.dtype not in ATOMIC_DTYPES:
                 errors.append(f"the atomic variant adds fp32 or int32, not {inp.dtype}; pick another variant")
         signature = (
-            describe_tensor(out, ctx),
+            describe_tensor(out, ctx, out_on_heap),
             describe_tensor(inp, ctx, protocol == "direct"),
             variant,
             op,

@@ -19,8 +19,10 @@ barrier follows, so work queued afterwards on any rank sees the whole result; wi
 ``async_op=True`` call ``ctx.device_barrier()`` (or ``ctx.barrier()``) before reading
 the output or calling the op again.
 
-Each op either runs a fused Triton kernel or its unfused fallback (cuBLAS through
-``torch.matmul``, then a ``ctx.ccl`` collective); ``config.variant`` picks, and
+Each op either runs a fused Triton kernel, its unfused fallback (cuBLAS through
+``torch.matmul``, then a ``ctx.ccl`` collective) or, for ``matmul_all_gather``,
+``all_gather_matmul`` and ``matmul_reduce_scatter``, cuBLAS with copy-engine puts
+pipelined behind it (:mod:`iris.ops.copy_plans`); ``config.variant`` picks, and
 ``"auto"`` uses :func:`iris.ops.config.choose_variant`. The fallbacks of
 ``all_gather_matmul``, ``matmul_all_reduce`` and ``matmul_reduce_scatter`` end like
 their collective (as NCCL's do): this rank's output is complete, and no barrier follows.

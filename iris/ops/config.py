@@ -28,6 +28,14 @@ VARIANTS = ("auto", "fused", "unfused", COPY_ENGINE, *SCATTER_VARIANTS)
 MIN_TILES_PER_SM = 1.0
 #: ... and at least this much reduction depth (shallower GEMMs are bandwidth-bound).
 MIN_K = 1024
+#: ``all_gather_matmul`` fuses from this many 128 x 128 output tiles per SM: measured on
+#: 4 x H200, fused won at 15 and 27 tiles per SM (M = 16384) and lost by 2-4% to cuBLAS
+#: after ``ctx.ccl.all_gather`` at 7 and fewer (M <= 4096).
+GATHER_MIN_TILES_PER_SM = 8.0
+#: ``matmul_reduce_scatter`` uses the copy engines from this many partial-output elements
+#: per rank: measured on 4 x H200 at 2^27 and more (M = 16384) it beat the fused kernel
+#: by 15-22%; at 2^26 and less a fixed cost of about 0.4 ms per call made it lose.
+COPY_ENGINE_MIN_ELEMENTS = 1 << 27
 
 
 @dataclass(frozen=True)
@@ -119,13 +127,14 @@ def choose_variant(
     num_sms: int,
     op: str | None = None,
 ):
-    """``"fused"`` or ``"unfused"`` (or the explicit variant in ``config``).
+    """``"fused"``, ``"unfused"`` or ``"copy_engine"`` (or the explicit variant in ``config``).
 
     ``auto`` under emulation always fuses (so the fused kernels are what CI checks).
     On GPUs it fuses when there is communication to hide (more than one rank) and
-    enough work to hide it behind (see :data:`MIN_TILES_PER_SM`, :data:`MIN_K`).
-    ``all_gather_matmul`` needs no minimum tile count: its pushes start at once
-    (the shard is ready before the GEMM) and measured faster fused down to M = 1024.
+    enough work to hide it behind (see :data:`MIN_TILES_PER_SM`, :data:`MIN_K`;
+    ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM`); a large
+    ``matmul_reduce_scatter`` uses the copy engines (:data:`COPY_ENGINE_MIN_ELEMENTS`).
+    ``rows`` and ``cols`` are the per-rank GEMM's output (``op`` names the ``ctx.ops`` method).
 
     Example:
         >>> choose_variant(FusedConfig(), "cuda", 1024, 1024, 4096, 4, 132)
@@ -135,8 +144,10 @@ def choose_variant(
         return config.variant
     if backend == "emulated":
         return "fused"
+    if world_size == 1 or k < MIN_K:
+        return "unfused"
+    if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS:
+        return COPY_ENGINE
     tiles = -(-rows // 128) * -(-cols // 128)
-    enough_tiles = op == "all_gather_matmul" or tiles >= MIN_TILES_PER_SM * num_sms
-    if world_size > 1 and k >= MIN_K and enough_tiles:
-        return "fused"
-    return "unfused"
+    per_sm = GATHER_MIN_TILES_PER_SM if op == "all_gather_matmul" else MIN_TILES_PER_SM
+    return "fused" if tiles >= per_sm * num_sms else "unfused"

@@ -1,7 +1,8 @@
 """Copy-engine puts (ctx.copy_engine) against SM-issued puts and NCCL, moving the same bytes.
 
 Every rank sends S bytes to every peer at once (an all-gather's traffic):
-  copy_engine   one cudaMemcpy2DAsync per peer, each on its own lane (no SM used)
+  copy_engine   one cudaMemcpy2DAsync per peer, each on its own lane (no SM used); the puts
+                are prepared once (ctx.copy_engine.prepare_put), as ctx.ops plans do
   iris_sm       ctx.ccl.all_gather: kernels whose programs store to the peers
   nccl          torch.distributed.all_gather_into_tensor
 Reported: time per round (max over ranks, same fixed iterations everywhere) and the
@@ -44,12 +45,12 @@ def main():
         slots = out[: world * n].view(world, n)
         mine = slots[rank]
         mine.copy_(torch.randn(n, device=ctx.get_device(), generator=None) + rank)
-        peers = [(rank + i) % world for i in range(1, world)]
+        sends = [ctx.copy_engine.prepare_put(mine, mine, (rank + i) % world) for i in range(1, world)]
 
         def copy_engine():
             ctx.copy_engine.fork()
-            for peer in peers:
-                ctx.copy_engine.put(mine, mine, peer)
+            for send in sends:
+                send()
             ctx.copy_engine.join()
 
         inp = mine.clone()

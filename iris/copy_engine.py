@@ -10,6 +10,10 @@ current stream, so a CUDA graph captures the whole pattern.
 Under emulation the lanes copy at once on the CPU (the interpreter runs every launch
 to its end), so the same code runs in CI.
 
+While tracing is enabled, each put is bracketed on its lane by two one-thread
+kernels (:mod:`iris.device.dma_trace`) and appears in the trace as a ``dma_put``
+event on the track "copy engine → rank N" of the sending rank.
+
 Example:
     >>> ce = ctx.copy_engine
     >>> torch.matmul(a, b, out=block)        # on the current stream
@@ -26,6 +30,9 @@ from collections.abc import Callable
 
 import torch
 
+from .device.dma_trace import dma_record_kernel, dma_start_kernel
+from .prepared import PreparedLaunch
+
 
 class CopyEngine:
     """Copy-engine puts into any rank's heap (``ctx.copy_engine``); see the module doc.
@@ -39,6 +46,8 @@ class CopyEngine:
     def __init__(self, ctx):
         self._ctx = ctx
         self._lanes = ctx.backend.copy_lanes(ctx.device, ctx.num_ranks)
+        self._stamps: torch.Tensor | None = None  # per lane: when its traced put started
+        self._trace_launches: dict[tuple, tuple[PreparedLaunch, PreparedLaunch]] = {}
 
     def fork(self) -> None:
         """Puts and launches queued from now on start after the work queued so far on the current stream.
@@ -59,6 +68,18 @@ class CopyEngine:
         Example:
             >>> ctx.copy_engine.put(out[rows], out[rows], to_rank=peer)
         """
+        self.prepare_put(dst, src, to_rank)()
+
+    def prepare_put(self, dst: torch.Tensor, src: torch.Tensor, to_rank: int) -> Callable[[], None]:
+        """Check a :meth:`put` once; returns a callable that queues it with no further checks.
+
+        For loops and recorded plans that repeat the same put: addresses, pitches and
+        (while tracing is on now) the tracing launches are settled here.
+
+        Example:
+            >>> send = ctx.copy_engine.prepare_put(out[rows], out[rows], to_rank=peer)
+            >>> ctx.copy_engine.fork(); send(); ctx.copy_engine.join()
+        """
         ctx = self._ctx
         if not 0 <= to_rank < ctx.num_ranks:
             raise ValueError(f"iris.copy_engine.put: to_rank {to_rank} is not in [0, {ctx.num_ranks})")
@@ -76,11 +97,43 @@ class CopyEngine:
                 f"iris.copy_engine.put: src is on {src.device}, this rank's device is {ctx.device}"
             )
         if dst.numel() == 0:
-            return
-        dst_rows, dst_pitch, width = _rows(dst, "dst")
+            return _nothing
+        rows, dst_pitch, width = _rows(dst, "dst")
         _, src_pitch, _ = _rows(src, "src")
-        address = ctx.heap.bases[to_rank] + ctx.heap.offset_of(dst)
-        self._lanes.copy_2d(to_rank, address, dst_pitch, src.data_ptr(), src_pitch, width, dst_rows)
+        offset = ctx.heap.offset_of(dst)
+        copy = (to_rank, ctx.heap.bases[to_rank] + offset, dst_pitch, src.data_ptr(), src_pitch, width, rows)
+        lanes, traced = self._lanes, self._traced(to_rank, offset, dst.numel() * dst.element_size())
+        if traced is None:
+            return lambda: lanes.copy_2d(*copy)
+
+        def traced_put():
+            lanes.run(to_rank, traced[0])
+            lanes.copy_2d(*copy)
+            lanes.run(to_rank, traced[1])
+
+        return traced_put
+
+    def _traced(self, to_rank: int, offset: int, nbytes: int):
+        # (start, record) launches that bracket a put while tracing is on; None otherwise.
+        ctx = self._ctx
+        if not ctx.tracing.enabled:
+            return None
+        key = (to_rank, offset, nbytes)
+        launches = self._trace_launches.get(key)
+        if launches is None:
+            if self._stamps is None:
+                self._stamps = torch.zeros(ctx.num_ranks, dtype=torch.int64, device=ctx.device)
+            stamps, bases = self._stamps, ctx.get_heap_bases()
+            launches = self._trace_launches[key] = (
+                PreparedLaunch(dma_start_kernel, (1,), (stamps, to_rank), {"num_warps": 1}),
+                PreparedLaunch(
+                    dma_record_kernel,
+                    (1,),
+                    (bases, stamps, to_rank, to_rank, offset, nbytes),
+                    {"num_warps": 1},
+                ),
+            )
+        return launches
 
     def then(self, to_rank: int, launch: Callable[[], None]) -> None:
         """Run ``launch`` (kernel launches) on ``to_rank``'s lane, after the puts queued there.
@@ -97,6 +150,10 @@ class CopyEngine:
             >>> ctx.copy_engine.join()
         """
         self._lanes.join()
+
+
+def _nothing() -> None:
+    pass
 
 
 def _dtype_name(tensor: torch.Tensor) -> str:

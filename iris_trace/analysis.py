@@ -21,7 +21,9 @@ Definitions
   - ``compute_events``, ``comm_events``, ``wait_events``: number of events of each category
   - ``bytes_moved``: sum of ``payload_bytes`` over communication events
 
-  Only SMs with at least one event get a row.
+  Only SMs with at least one event get a row. Copy-engine puts (``dma_put``, on lanes
+  ``cu_id >= DMA_CU_BASE``) run on no SM: they get no SM row and count as the rank's
+  communication below.
 * Per rank (every rank in ``range(world_size)``): the same quantities, with C, M and W the
   unions over all SMs of the rank (so not sums of the SM rows), plus Holistic Trace
   Analysis's overlap ratio ``|C ∩ (M ∪ W)| / |M ∪ W|`` (0 when ``M ∪ W`` is empty), whose
@@ -53,7 +55,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .events import EVENT_DTYPE, EVENT_NAMES, RELEASE_EVENTS, SCOPE_BASE, WAIT_EVENTS, event_name
+from .events import DMA_CU_BASE, EVENT_DTYPE, EVENT_NAMES, RELEASE_EVENTS, SCOPE_BASE, WAIT_EVENTS, event_name
 from .lanes import stable_order
 
 COMPUTE, COMM, WAIT = 0, 1, 2
@@ -607,8 +609,11 @@ def analyze(
     window_start = int(starts.min()) if len(events) else 0
     window_ns = int(ends.max()) - window_start if len(events) else 0
 
-    sm_rows, sm_keys = sm_index(events)
-    sm_stats = _stats(sm_keys, len(sm_rows), starts, ends, category, payload, window_ns)
+    on_sm = events["cu_id"].astype(np.int64) < DMA_CU_BASE
+    sm_rows, sm_keys = sm_index(events[on_sm])
+    sm_stats = _stats(
+        sm_keys, len(sm_rows), starts[on_sm], ends[on_sm], category[on_sm], payload[on_sm], window_ns
+    )
     per_sm = [
         {"rank": int(rank), "cu_id": int(cu_id), **{k: int(sm_stats[k][i]) for k in PER_SM_FIELDS[2:]}}
         for i, (rank, cu_id) in enumerate(sm_rows)

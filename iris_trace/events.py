@@ -27,8 +27,13 @@ EVENT_NAMES = {
     14: "atomic_cas",
     15: "signal",
     16: "wait_until",
+    20: "dma_put",
 }
 SCOPE_BASE = 64
+#: ``dma_put`` events (copy-engine puts, ``iris.copy_engine``) sit on lane ``DMA_CU_BASE +
+#: destination rank`` instead of an SM: the copy engines are not SMs.
+DMA_PUT = 20
+DMA_CU_BASE = 0x7F00
 #: Ops that wait for another rank (their time is stall time).
 WAIT_EVENTS = frozenset({16})
 #: Ops that can release a waiter on the target rank (flow sources).
@@ -63,6 +68,17 @@ def event_name(event_id: int, scope_names: dict[int, str] | None = None) -> str:
         scope = event_id - SCOPE_BASE
         return (scope_names or {}).get(scope, f"scope{scope}")
     return EVENT_NAMES.get(event_id, f"event{event_id}")
+
+
+def lane_name(cu_id: int, lane: int = 0) -> str:
+    """Viewer name of an SM's (or copy-engine lane's) track: ``SM 12 · lane 1``, ``copy engine → rank 2``.
+
+    Example:
+        >>> lane_name(12, 1), lane_name(DMA_CU_BASE + 2)
+        ('SM 12 · lane 1', 'copy engine → rank 2')
+    """
+    base = f"copy engine → rank {cu_id - DMA_CU_BASE}" if cu_id >= DMA_CU_BASE else f"SM {cu_id}"
+    return base if lane == 0 else f"{base} · lane {lane}"
 
 
 def decode_records(records: np.ndarray, counts: np.ndarray, capacity: int) -> np.ndarray:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from iris_trace.analysis import _Coverage, analyze, match_releasers
-from iris_trace.events import EVENT_DTYPE, EVENT_NAMES, SCOPE_BASE
+from iris_trace.events import DMA_CU_BASE, EVENT_DTYPE, EVENT_NAMES, SCOPE_BASE
 from iris_trace.plot import binned_fractions, stall_heatmap
 
 ID = {name: event_id for event_id, name in EVENT_NAMES.items()}
@@ -62,6 +62,18 @@ def test_bytes_moved_counts_communication_only():
     )
     report = analyze(events, 1)
     assert report.per_rank[0]["bytes_moved"] == 320
+
+
+def test_copy_engine_puts_count_for_the_rank_but_are_no_sm():
+    # A GEMM on SM 0 [0, 100) while the copy engine puts to rank 1 during [50, 150).
+    events = make_events(
+        (GEMM, 0, 0, 0, 100),
+        ("dma_put", 0, DMA_CU_BASE + 1, 50, 150, {"payload_bytes": 1024, "target_rank": 1}),
+    )
+    report = analyze(events, 2)
+    assert [(r["rank"], r["cu_id"]) for r in report.per_sm] == [(0, 0)]
+    rank = report.per_rank[0]
+    assert (rank["comm_ns"], rank["compute_during_comm_ns"], rank["bytes_moved"]) == (100, 50, 1024)
 
 
 def stall_trace():

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 import triton
 import triton.language as tl
+from offline import run_cuda_script
 
 import iris
 from iris import ccl as ccl_api
@@ -585,27 +586,12 @@ def test_collectives_replay_under_cuda_graphs(world):
 
 # ---------------------------------------------------------------- Hopper code
 def test_every_collective_compiles_for_hopper_with_vector_accesses():
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = [os.path.join(root, "scripts"), root, os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "IRIS_BACKEND": "cuda", "PYTHONPATH": os.pathsep.join(p for p in path if p)}
-    env.pop("TRITON_INTERPRET", None)  # set by importing iris in this (emulated) process
-    result = subprocess.run(
-        [sys.executable, os.path.join(root, "scripts", "compile_ccl.py"), "fp32", "bf16"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    stdout = run_cuda_script("compile_ccl.py", "fp32", "bf16")
+    lines = dict(line.split(" ", 1) for line in stdout.splitlines())
     # 4 all-reduce variants (atomic: fp32 only), 4 staged modes, 4 low-latency modes,
     # all_gather, all_to_all, broadcast; reduce_scatter runs all_reduce_one_shot on its
     # block when neither staged nor low-latency.
-    assert len(lines) == 29, result.stdout
+    assert len(lines) == 29, stdout
     for name in (
         "all_reduce_one_shot[fp32]",
         "all_reduce_two_shot[bf16]",

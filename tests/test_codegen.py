@@ -1,27 +1,15 @@
 """What the CUDA backend compiles to, checked offline (Triton compiles PTX without a GPU)."""
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from offline import run_cuda_script
 
 
 @pytest.fixture(scope="module")
 def ptx_report() -> dict[str, str]:
-    env = {**os.environ, "IRIS_BACKEND": "cuda", "TRITON_INTERPRET": "0"}
-    result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "inspect_ptx.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
+    stdout = run_cuda_script("inspect_ptx.py", timeout=300)
+    return dict(line.split(" ", 1) for line in stdout.strip().splitlines())
 
 
 @pytest.mark.parametrize("kernel", ["put", "get"])

@@ -2,8 +2,10 @@
 
 import pytest
 import torch
+from offline import run_cuda_script
 
 import iris
+from iris_trace.events import DMA_CU_BASE, DMA_PUT
 
 
 def _column_block_body(rank, world_size):
@@ -68,3 +70,41 @@ def _bad_put_body(rank, world_size):
 
 def test_bad_puts_say_what_is_wrong(world):
     assert all(world.run(_bad_put_body))
+
+
+def _traced_put_body(rank, world_size):
+    # While tracing, every put is one dma_put event of the sender, on the lane of its
+    # destination, with the bytes and heap offset of the block.
+    with iris.iris(1 << 20) as ctx:
+        out = ctx.zeros(world_size, 64)
+        ctx.tracing.enable(max_events=1024)
+        ctx.barrier()
+        ctx.copy_engine.fork()
+        for peer in range(world_size):
+            if peer != rank:
+                ctx.copy_engine.put(out[rank], out[rank], peer)
+        ctx.copy_engine.join()
+        ctx.barrier()
+        events = ctx.tracing.events()
+        ctx.tracing.disable()
+        puts = events[events["event_id"] == DMA_PUT]
+        return (
+            sorted(puts["target_rank"].tolist()),
+            sorted(puts["cu_id"].tolist()),
+            set(puts["payload_bytes"].tolist()),
+            set(puts["address"].tolist()) <= {ctx.heap.offset_of(out[rank])},
+            bool((puts["end_ns"] >= puts["start_ns"]).all()),
+        )
+
+
+def test_traced_puts_are_dma_put_events_on_copy_engine_lanes(world):
+    for rank, (targets, lanes, sizes, at_block, ordered) in enumerate(world.run(_traced_put_body)):
+        peers = [p for p in range(world.world_size) if p != rank]
+        assert targets == peers and lanes == [DMA_CU_BASE + p for p in peers]
+        assert sizes == ({64 * 4} if peers else set()) and at_block and ordered
+
+
+def test_copy_engine_kernels_compile_for_hopper():
+    stdout = run_cuda_script("compile_copy_kernels.py")
+    # 7 kernels (wait_landed twice), untraced and traced
+    assert len(stdout.splitlines()) == 14, stdout

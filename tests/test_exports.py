@@ -13,7 +13,7 @@ from kernels import ping_pong_rounds
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 import iris
-from iris_trace.events import EVENT_DTYPE
+from iris_trace.events import DMA_CU_BASE, DMA_PUT, EVENT_DTYPE, lane_name
 from iris_trace.lanes import assign_lanes
 from iris_trace.trace import RankTrace, Trace
 from viewer_exports import wire
@@ -107,6 +107,19 @@ def test_perfetto_tracks_name_ranks_and_sm_lanes(exported):
     assert processes == ["rank 0 · Test GPU", "rank 1 · Test GPU"]
     lanes = sorted(d.name for d in names.values() if d.name.startswith("SM"))
     assert lanes == ["SM 3", "SM 3 · lane 1", "SM 5"]
+
+
+def test_copy_engine_puts_get_a_track_of_their_own(tmp_path):
+    rows = [*ROWS, (DMA_PUT, 0, 1, DMA_CU_BASE + 1, -1, 10, 90, 4096, 1 << 20, 0)]
+    path = str(tmp_path / "t.pftrace")
+    write_perfetto(make_trace(rows), path)
+    names = {p.track_descriptor.name for p in read_perfetto(path).packet if p.HasField("track_descriptor")}
+    assert "copy engine → rank 1" in names
+    write_chrome_json(make_trace(rows), str(tmp_path / "t.json"))
+    data = json.loads((tmp_path / "t.json").read_text())
+    threads = {e["args"]["name"] for e in data["traceEvents"] if e["name"] == "thread_name"}
+    assert "copy engine → rank 1" in threads
+    assert lane_name(DMA_CU_BASE + 3, 2) == "copy engine → rank 3 · lane 2"
 
 
 def slices_by_track(trace):

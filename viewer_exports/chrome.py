@@ -1,9 +1,10 @@
 """Merged multi-rank trace to Chrome trace JSON (chrome://tracing, ui.perfetto.dev, Speedscope).
 
-``pid`` is the rank and ``tid`` the SM lane (``cu_id * 64 + lane``), named by
-metadata events; timestamps are microseconds with nanosecond decimals; every
-wait with a known releaser gets a flow (``s`` on the releasing op, ``f`` bound
-to the wait); ``metadata`` carries the same run facts as the Perfetto export.
+``pid`` is the rank and ``tid`` the SM lane (``cu_id * 64 + lane``; copy-engine
+lanes as in ``iris_trace.events.lane_name``), named by metadata events; timestamps
+are microseconds with nanosecond decimals; every wait with a known releaser gets a
+flow (``s`` on the releasing op, ``f`` bound to the wait); ``metadata`` carries the
+same run facts as the Perfetto export.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import numpy as np
 
 from iris_trace.analysis import match_releasers
-from iris_trace.events import event_name
+from iris_trace.events import event_name, lane_name
 from iris_trace.lanes import assign_lanes
 from iris_trace.trace import Trace
 
@@ -77,7 +78,7 @@ def _metadata_events(trace: Trace, events: np.ndarray, tids: np.ndarray) -> list
         )
         for tid in np.unique(tids[events["cur_rank"] == rank]).tolist():
             sm, lane = divmod(tid, LANES_PER_SM)
-            name = f"SM {sm}" if lane == 0 else f"SM {sm} · lane {lane}"
+            name = lane_name(sm, lane)
             lines.append(
                 json.dumps(
                     {"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": name}}

@@ -1,7 +1,8 @@
 """Merged multi-rank trace to Perfetto protobuf (``.pftrace``, opens in ui.perfetto.dev).
 
 Layout: one process track per rank ("rank 0 · NVIDIA H200"), one child track per
-SM lane ("SM 12", "SM 12 · lane 1" where CTAs overlap), a slice per op with its
+SM lane ("SM 12", "SM 12 · lane 1" where CTAs overlap; copy-engine puts on
+"copy engine → rank 2"), a slice per op with its
 fields as args, a "bytes moved" counter track per rank, flow arrows from the op
 that released each wait to that wait, and a "trace metadata" instant carrying
 world size, devices, dropped events, clock offsets and residuals, and the command.
@@ -21,7 +22,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from iris_trace.analysis import match_releasers
-from iris_trace.events import EVENT_NAMES, RELEASE_EVENTS, SCOPE_BASE, event_name
+from iris_trace.events import EVENT_NAMES, RELEASE_EVENTS, SCOPE_BASE, event_name, lane_name
 from iris_trace.lanes import assign_lanes, stable_order
 from iris_trace.trace import Trace
 
@@ -131,7 +132,7 @@ def _write_descriptors(builder, trace: Trace, events: np.ndarray, lanes: np.ndar
             descriptor = packet.track_descriptor
             descriptor.uuid = int(lane_track(rank, cu_id, lane))
             descriptor.parent_uuid = rank_track(rank)
-            descriptor.name = f"SM {cu_id}" if lane == 0 else f"SM {cu_id} · lane {lane}"
+            descriptor.name = lane_name(cu_id, lane)
             descriptor.sibling_order_rank = order + 1
             builder.write_packet(packet)
             count += 1

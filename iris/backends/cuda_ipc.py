@@ -71,6 +71,7 @@ class _StreamLanes(CopyLanes):
         self._forked: torch.cuda.Event | None = None
         self._waited: set[int] = set()  # lanes that already wait for the latest fork
         self._used: set[int] = set()  # lanes with work the current stream has not joined
+        self._memcpy = self._device_to_device = self._success = None
 
     def _stream(self, lane: int) -> torch.cuda.Stream:
         stream = self._streams[lane]
@@ -89,15 +90,18 @@ class _StreamLanes(CopyLanes):
         self._waited.clear()
 
     def copy_2d(self, lane, dst, dst_pitch, src, src_pitch, width, rows):
-        runtime = _runtime()
+        if self._memcpy is None:
+            runtime = _runtime()
+            self._memcpy = runtime.cudaMemcpy2DAsync
+            self._device_to_device = runtime.cudaMemcpyKind.cudaMemcpyDeviceToDevice
+            self._success = runtime.cudaError_t.cudaSuccess
         stream = self._stream(lane)
-        _check(
-            runtime.cudaMemcpy2DAsync(
-                dst, dst_pitch, src, src_pitch, width, rows,
-                runtime.cudaMemcpyKind.cudaMemcpyDeviceToDevice, stream.cuda_stream,
-            ),
-            "cudaMemcpy2DAsync",
-        )  # fmt: skip
+        # Called for every put of every plan replay: no per-call lookups on the happy path.
+        result = self._memcpy(
+            dst, dst_pitch, src, src_pitch, width, rows, self._device_to_device, stream.cuda_stream
+        )
+        if result[0] != self._success:
+            _check(result, "cudaMemcpy2DAsync")
 
     def run(self, lane, launch):
         with torch.cuda.stream(self._stream(lane)):

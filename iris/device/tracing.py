@@ -134,11 +134,25 @@ def end(heap_bases, start, event: tl.constexpr, target_rank, ptr, mask=None, val
 
 @triton.jit
 def _write(
-    slots, start, stop, event: tl.constexpr, cur_rank, target_rank, offset, nbytes, value, pid_m, pid_n
+    slots,
+    start,
+    stop,
+    event: tl.constexpr,
+    cur_rank,
+    target_rank,
+    offset,
+    nbytes,
+    value,
+    pid_m,
+    pid_n,
+    lane=-1,
 ):
+    # ``lane`` >= 0 files the event under that lane id instead of the SM it ran on.
     capacity = tl.load(slots + SLOT_REGION_CAPACITY)
     sm = hw.sm_id()
     region = sm % tl.load(slots + SLOT_NUM_REGIONS)
+    if lane >= 0:
+        sm = lane
     counters = tl.load(slots + SLOT_COUNTERS).to(tl.pointer_type(tl.int32))
     index = tl.atomic_add(counters + region * COUNTER_STRIDE, 1, sem="relaxed", scope="gpu")
     if index < capacity:
@@ -166,6 +180,31 @@ def _write(
     else:
         dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))
         tl.atomic_add(dropped + region * COUNTER_STRIDE, 1, sem="relaxed", scope="gpu")
+
+
+#: A copy-engine put (``iris.copy_engine``): not an SM op, so it is filed under the lane
+#: ``DMA_CU_BASE + target_rank`` (``iris_trace.events.DMA_PUT``, ``DMA_CU_BASE``).
+DMA_PUT: tl.constexpr = tl.constexpr(20)
+DMA_CU_BASE: tl.constexpr = tl.constexpr(0x7F00)
+
+
+@triton.jit
+def record_dma(heap_bases, start, target_rank, offset, nbytes):
+    """Record a copy-engine put of ``nbytes`` to ``target_rank``'s heap ``offset`` that began at ``start``.
+
+    Launched on the copy lane right after the copy (see ``iris.device.dma_trace``).
+
+    Example:
+        >>> tracing.record_dma(heap_bases, tl.load(stamps + lane), peer, offset, nbytes)
+    """
+    if compiled_in(heap_bases.dtype):
+        world_size = tl.load(heap_bases - 1)
+        slots = heap_bases + world_size + 1
+        if tl.load(slots + SLOT_ENABLED) != 0:
+            cur_rank = tl.load(heap_bases - 2)
+            stop = hw.timer_ns()
+            lane = DMA_CU_BASE + target_rank
+            _write(slots, start, stop, DMA_PUT, cur_rank, target_rank, offset, nbytes, 0, -1, -1, lane)
 
 
 @triton.jit

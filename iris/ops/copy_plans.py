@@ -17,8 +17,8 @@ pipelined so that a block travels while the next one is computed:
 
 Every plan starts with the entry handshake of :mod:`iris.ops.copy_kernels` and
 ends by joining the copy lanes into the current stream, so CUDA graphs capture it
-whole. The copies are DMA transfers, not kernel stores: traces show the plan's
-handshake kernels, not the puts.
+whole. The copies are DMA transfers, not kernel stores; with tracing on,
+:mod:`iris.copy_engine` records each as a ``dma_put`` event on its copy lane.
 """
 
 from __future__ import annotations
@@ -95,13 +95,16 @@ class _Handshake:
 
     def put(self, dst, src, peers, announce: bool = False):
         """A step: after the work queued so far, put ``src`` into ``dst`` on each of ``peers``."""
+        engine = self.engine
+        sends = [(peer, engine.prepare_put(dst, src, peer), self._announce[peer] if announce else None)
+                 for peer in peers]  # fmt: skip
 
         def step():
-            self.engine.fork()
-            for peer in peers:
-                self.engine.put(dst, src, peer)
-                if announce:
-                    self.engine.then(peer, self._announce[peer])
+            engine.fork()
+            for peer, send, landed in sends:
+                send()
+                if landed is not None:
+                    engine.then(peer, landed)
 
         return step
 

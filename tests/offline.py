@@ -1,0 +1,25 @@
+"""Run a script of ``scripts/`` with the CUDA backend but no GPU (Triton compiles PTX offline)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_cuda_script(name: str, *args: str, timeout: float = 600) -> str:
+    """Stdout of ``scripts/<name> args`` under ``IRIS_BACKEND=cuda``; fails the test on a non-zero exit."""
+    path = [os.path.join(ROOT, "scripts"), ROOT, os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "IRIS_BACKEND": "cuda", "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+    env.pop("TRITON_INTERPRET", None)  # set by importing iris in the (emulated) test process
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", name), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout

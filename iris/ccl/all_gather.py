@@ -14,6 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..prepared import PreparedLaunch
 from . import device as ccl
 from .device import RANK_ARGS
 from .low_latency import low_latency_launch, payload_bytes
@@ -50,7 +51,7 @@ def all_gather_kernel(
     )
 
 
-def all_gather(runtime, out, inp, group=None, config=None) -> None:
+def all_gather(runtime, out, inp, group=None, config=None) -> PreparedLaunch:
     """Gather every member's ``inp`` into ``out`` on every member (see :meth:`iris.ccl.CCL.all_gather`)."""
     state = runtime.group(group)
     key = runtime.key("all_gather", state, config, tensor_key(out), tensor_key(inp))
@@ -83,4 +84,4 @@ def all_gather(runtime, out, inp, group=None, config=None) -> None:
         return all_gather_kernel, grid, args, config.num_warps
 
     runtime.prepare(key, prepare)
-    runtime.launch(key)
+    return runtime.launch(key)

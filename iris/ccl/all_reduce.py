@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from ..device import rma
+from ..prepared import PreparedLaunch
 from . import device as ccl
 from .config import ReduceOp
 from .device import RANK_ARGS
@@ -303,6 +304,6 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
     return AllReduceWorkspace(variant, key)
 
 
-def all_reduce(runtime, out, inp, op=None, group=None, config=None) -> None:
+def all_reduce(runtime, out, inp, op=None, group=None, config=None) -> PreparedLaunch:
     """Reduce every member's ``inp`` into ``out`` on every member; see :meth:`iris.ccl.CCL.all_reduce`."""
-    runtime.launch(all_reduce_preamble(runtime, out, inp, op, group, config).key)
+    return runtime.launch(all_reduce_preamble(runtime, out, inp, op, group, config).key)

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from ..device import rma
+from ..prepared import PreparedLaunch
 from . import device as ccl
 from .device import RANK_ARGS
 from .low_latency import low_latency_launch, payload_bytes
@@ -73,7 +74,7 @@ def _blocks(inp, group_size: int) -> tuple[int, int]:
     return (inp.shape[0] if inp.dim() == 2 else 1), inp.shape[-1] // group_size
 
 
-def all_to_all(runtime, out, inp, group=None, config=None) -> None:
+def all_to_all(runtime, out, inp, group=None, config=None) -> PreparedLaunch:
     """Exchange blocks between every pair of members; see :meth:`iris.ccl.CCL.all_to_all`."""
     state = runtime.group(group)
     key = runtime.key("all_to_all", state, config, tensor_key(out), tensor_key(inp))
@@ -119,4 +120,4 @@ def all_to_all(runtime, out, inp, group=None, config=None) -> None:
         return all_to_all_kernel, grid, args, config.num_warps
 
     runtime.prepare(key, prepare)
-    runtime.launch(key)
+    return runtime.launch(key)

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from ..device import rma
+from ..prepared import PreparedLaunch
 from . import device as ccl
 from .device import RANK_ARGS
 from .runtime import COPYABLE_DTYPES, check_tensor, describe_tensor, nbytes, tensor_key
@@ -61,7 +62,7 @@ def broadcast_kernel(
     )
 
 
-def broadcast(runtime, tensor, src: int = 0, group=None, config=None) -> None:
+def broadcast(runtime, tensor, src: int = 0, group=None, config=None) -> PreparedLaunch:
     """Copy rank ``src``'s ``tensor`` into ``tensor`` on every member; see :meth:`iris.ccl.CCL.broadcast`."""
     state = runtime.group(group)
     key = runtime.key("broadcast", state, config, src, tensor_key(tensor))
@@ -88,4 +89,4 @@ def broadcast(runtime, tensor, src: int = 0, group=None, config=None) -> None:
         return broadcast_kernel, grid, args, config.num_warps
 
     runtime.prepare(key, prepare)
-    runtime.launch(key)
+    return runtime.launch(key)

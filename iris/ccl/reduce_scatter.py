@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import triton
 
+from ..prepared import PreparedLaunch
 from .all_reduce import one_shot_kernel
 from .config import ReduceOp
 from .low_latency import low_latency_launch, payload_bytes
@@ -21,7 +22,7 @@ from .runtime import REDUCIBLE_DTYPES, check_disjoint, check_tensor, describe_te
 from .staged import staged_launch
 
 
-def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> None:
+def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> PreparedLaunch:
     """Reduce block ``i`` of every member's ``inp`` into member ``i``'s ``out`` (``CCL.reduce_scatter``)."""
     op = ReduceOp.parse(op)
     state = runtime.group(group)
@@ -63,4 +64,4 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> None:
         return one_shot_kernel, grid, args, config.num_warps
 
     runtime.prepare(key, prepare)
-    runtime.launch(key)
+    return runtime.launch(key)

@@ -6,7 +6,7 @@ compiled in). The first call with a key checks the arguments on every member and
 compiles; later calls with the same key go straight to the compiled kernel, so a
 small collective costs a few microseconds of host time. A call that repeats the
 previous call of the same collective with the very same tensor objects (unchanged
-address, shape and strides) and options skips even the key (:meth:`Runtime.replay`):
+address, shape and strides) and options skips even the key (:meth:`Runtime.call`):
 the common case of a training or decode loop.
 """
 
@@ -76,7 +76,6 @@ class Runtime:
         self._launches: dict[tuple, PreparedLaunch] = {}
         #: Per collective: the last call's tensors (object, address, shape, strides), options, launch.
         self._recent: dict[str, tuple] = {}
-        self._last_launch: PreparedLaunch | None = None
         self._staging: torch.Tensor | None = None
         self._low_latency: torch.Tensor | None = None
         #: Calls of the staged and low-latency protocols so far, and programs done with the
@@ -211,13 +210,15 @@ class Runtime:
             kernel, grid, args, num_warps = prepare()
             self._launches[key] = PreparedLaunch(kernel, grid, args, {"num_warps": num_warps})
 
-    def launch(self, key: tuple) -> None:
-        """Launch the prepared collective ``key`` on the current stream."""
-        self._last_launch = self._launches[key]
-        self._last_launch()
+    def launch(self, key: tuple) -> PreparedLaunch:
+        """Launch the prepared collective ``key`` on the current stream; returns that launch."""
+        launch = self._launches[key]
+        launch()
+        return launch
 
-    def call(self, name: str, run: Callable[[], None], tensors: tuple, options: tuple) -> None:
-        """Run collective ``name`` (``run`` checks, prepares and launches it), or replay its previous call.
+    def call(self, name: str, run: Callable[[], PreparedLaunch], tensors: tuple, options: tuple) -> None:
+        """Run collective ``name`` (``run`` checks, prepares and launches it, returning the launch),
+        or replay its previous call.
 
         The previous call's launch is replayed when ``tensors`` are the same objects
         with the same address, shape and strides, and ``options`` (op, group, config,
@@ -231,19 +232,19 @@ class Runtime:
         options = (*options, self.ctx.tracing.enabled)
         recent = self._recent.get(name)
         if recent is not None and recent[1] == options:
-            for tensor, (same, address, shape, strides) in zip(tensors, recent[0]):
+            described, _, launch = recent
+            # A plain loop, not all(...): this is the whole host cost of a replayed call.
+            for tensor, (same, address, shape, strides) in zip(tensors, described):
                 if tensor is not same or tensor.data_ptr() != address or tensor.shape != shape:
                     break
                 if tensor.stride() != strides:
                     break
             else:
-                recent[2]()
+                launch()
                 return
-        self._last_launch = None
-        run()
-        if self._last_launch is not None:
-            described = tuple((t, t.data_ptr(), t.shape, t.stride()) for t in tensors)
-            self._recent[name] = (described, options, self._last_launch)
+        launch = run()
+        described = tuple((t, t.data_ptr(), t.shape, t.stride()) for t in tensors)
+        self._recent[name] = (described, options, launch)
 
     def agree(self, group: Group, signature: tuple, errors: list[str], what: str) -> None:
         """Raise :class:`CollectiveError` on every member if any member found an error or differs.

@@ -288,7 +288,7 @@ class Ops:
         if world == 1:
             return [lambda: matmul_into(A, B, out)]
         if variant == COPY_ENGINE:
-            return matmul_reduce_scatter_plan(self, out, A, B)
+            return matmul_reduce_scatter_plan(self, out, A, B, partial)
         if variant == "unfused":
             # ctx.ccl's collectives finish like NCCL's: this rank's out is complete and
             # nobody reads this rank's partial any more, so no barrier has to follow.

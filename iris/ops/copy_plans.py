@@ -166,16 +166,16 @@ def all_gather_matmul_plan(ops, out, A, B) -> list:
     return steps
 
 
-def matmul_reduce_scatter_plan(ops, out, A, B) -> list:
-    """Steps of ``matmul_reduce_scatter``: ``A (world*M, K)``; ends like a collective.
+def matmul_reduce_scatter_plan(ops, out, A, B, partial) -> list:
+    """Steps of ``matmul_reduce_scatter``: ``A (world*M, K)``, partial products into ``partial``
+    (``(world*M, N)``, any device memory); ends like a collective.
 
     Example:
-        >>> steps = matmul_reduce_scatter_plan(ctx.ops, out, a, b)
+        >>> steps = matmul_reduce_scatter_plan(ctx.ops, out, a, b, partial)
     """
     shake = _Handshake(ops)
     rank, world = shake.rank, shake.world
     M, N = out.shape
-    partial = ops._buffer("partial", (world * M, N), out.dtype)
     landing = ops._buffer("landing", (world * M, N), out.dtype)
     mine = landing[rank * M : (rank + 1) * M]
     steps = shake.start()

@@ -16,8 +16,8 @@ nccl-tests factors (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all
 (n-1)/n; broadcast 1). ``--variants`` adds every all_reduce algorithm, eager;
 ``--protocols`` adds Iris with each protocol forced up to 1 MiB, where it
 applies, eager and graph (to place ``Config.low_latency_max_bytes``);
-``--configs`` adds Iris with other launch settings
-(``"comm_sms=32,block_size=8192;comm_sms=64"``), eager.
+``--configs`` adds Iris with other settings
+(``"comm_sms=32,block_size=8192;protocol=pushed"``), eager and graph.
 
     python -m iris.run -n 4 benchmarks/collectives.py --out benchmarks/results/collectives_h200x4.json
 """
@@ -155,7 +155,7 @@ def entries(args, name: str, nbytes: int) -> list[tuple[str, Config | None, bool
         rows += [(f"iris:{p}", dataclasses.replace(base, protocol=p), graphs) for p in PROTOCOLS]
     for fields in args.configs:
         label = ",".join(f"{k}={v}" for k, v in fields.items())
-        rows.append((f"iris:{label}", dataclasses.replace(base, **fields), False))
+        rows.append((f"iris:{label}", dataclasses.replace(base, **fields), graphs))
     return rows
 
 

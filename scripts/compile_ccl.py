@@ -19,7 +19,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 import iris
-from iris.ccl import all_gather, all_reduce, all_to_all, broadcast, low_latency
+from iris.ccl import all_gather, all_reduce, all_to_all, broadcast, low_latency, pushed
 from iris.ccl.staged import MODES, staged_kernel
 
 GROUP_ARGS = {
@@ -52,6 +52,9 @@ def kernels(dtype: str):
         constexprs = {"GROUP": 4, "BLOCK": low_latency.BLOCK_WORDS, "OP": "sum", "SCATTER": scatter}
         constexprs.update(REDUCE=reduced, ROWS=False)
         yield f"{mode}_low_latency", low_latency.low_latency_kernel, ll, constexprs
+    for mode in pushed.MODES:
+        signature = {**flat, "slots": f"*{dtype}"}
+        yield f"{mode}_pushed", pushed.pushed_kernel, signature, {**reduce, "MODE": mode}
     yield "all_gather", all_gather.all_gather_kernel, flat, {"GROUP": 4, "BLOCK": 4096}
     a2a = {
         "out": f"*{dtype}",

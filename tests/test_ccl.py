@@ -311,6 +311,35 @@ def test_low_latency_calls_match_torch_off_the_heap(world, dtype_name):
         assert all(ok.values()), ok
 
 
+def _pushed_body(rank, world_size, dtype_name):
+    # Pushed calls over rounds of both slot halves: 4 columns of 64-element tiles on 3
+    # programs, so program 0 takes two rounds per call; sizes end in partial tiles, and
+    # alternating all_reduce and reduce_scatter calls share one round count per program.
+    dtype = DTYPES[dtype_name]
+    config = dataclasses.replace(SMALL, protocol="pushed")
+    n = 4 * 64 * world_size - 37
+    block = 4 * 64 - 5
+    with iris.iris(1 << 22) as ctx:
+        ok = {}
+        for step in range(3):
+            inp = _random(ctx, (world_size * block,), dtype, seed=100 * step + rank).clone()  # off the heap
+            parts = _gather(inp)
+            total = _reduce(parts, "sum")
+            out = ctx.full((n,), 99, dtype=dtype)
+            ctx.ccl.all_reduce(out, inp[:n], config=config)
+            ok[f"all_reduce {step}"] = _close(out, total[:n], dtype)
+            mine = torch.full((block,), 99, dtype=dtype, device=ctx.device)
+            ctx.ccl.reduce_scatter(mine, inp, config=config)
+            ok[f"reduce_scatter {step}"] = _close(mine, total[rank * block : (rank + 1) * block], dtype)
+        return ok
+
+
+@pytest.mark.parametrize("dtype_name", ["bf16", "fp32", "int32"])
+def test_pushed_calls_match_torch(world, dtype_name):
+    for ok in world.run(_pushed_body, dtype_name):
+        assert all(ok.values()), ok
+
+
 def _forced_protocol_body(rank, world_size, collective):
     with iris.iris(1 << 22) as ctx:
         tensor = ctx.randn(64 * world_size)
@@ -319,6 +348,8 @@ def _forced_protocol_body(rank, world_size, collective):
                 ctx.ccl.broadcast(tensor, config=Config(protocol="low_latency"))
             elif collective == "all_to_all":
                 ctx.ccl.all_to_all(ctx.empty(64 * world_size), tensor, config=Config(protocol="staged"))
+            elif collective == "all_gather":
+                ctx.ccl.all_gather(ctx.empty(64 * world_size**2), tensor, config=Config(protocol="pushed"))
             else:
                 odd = ctx.randn(63).to(torch.float16)  # 126 bytes: not whole 4-byte words
                 ctx.ccl.all_reduce(torch.empty_like(odd), odd, config=Config(protocol="low_latency"))
@@ -327,7 +358,7 @@ def _forced_protocol_body(rank, world_size, collective):
         return None
 
 
-@pytest.mark.parametrize("collective", ["broadcast", "all_to_all", "all_reduce"])
+@pytest.mark.parametrize("collective", ["broadcast", "all_to_all", "all_gather", "all_reduce"])
 def test_forcing_a_protocol_that_cannot_run_raises_on_every_rank(world, collective):
     messages = world.run(_forced_protocol_body, collective)
     assert all(m is not None and "cannot run this call" in m for m in messages), messages
@@ -548,10 +579,14 @@ def _graph_body(rank, world_size):
         gathered = ctx.empty(world_size * 4099)
         scattered = ctx.empty(4099)
         big = ctx.empty(world_size * 4099)
+        pushed_reduced, pushed_scattered = ctx.empty(4099), ctx.empty(4099)
+        pushed = Config(protocol="pushed")
         calls = lambda: (
             ctx.ccl.all_reduce(reduced, inp),
             ctx.ccl.all_gather(gathered, inp),
             ctx.ccl.reduce_scatter(scattered, big),
+            ctx.ccl.all_reduce(pushed_reduced, inp, config=pushed),
+            ctx.ccl.reduce_scatter(pushed_scattered, big, config=pushed),
         )
         inp.normal_()
         big.normal_()
@@ -565,16 +600,17 @@ def _graph_body(rank, world_size):
             generator = torch.Generator(device=inp.device).manual_seed(replay * 100 + rank)
             inp.copy_(torch.randn(4099, generator=generator, device=inp.device))
             big.copy_(torch.randn(world_size * 4099, generator=generator, device=inp.device))
-            for t in (reduced, gathered, scattered):
+            for t in (reduced, gathered, scattered, pushed_reduced, pushed_scattered):
                 t.fill_(float("nan"))
             graph.replay()
             torch.cuda.synchronize()
             parts, big_parts = _gather(inp), _gather(big)
             ok.append(_close(reduced, _reduce(parts, "sum"), torch.float32))
             ok.append(torch.equal(gathered.cpu(), torch.cat(parts)))
-            ok.append(
-                _close(scattered, _reduce(big_parts, "sum")[rank * 4099 : (rank + 1) * 4099], torch.float32)
-            )
+            mine = _reduce(big_parts, "sum")[rank * 4099 : (rank + 1) * 4099]
+            ok.append(_close(scattered, mine, torch.float32))
+            ok.append(_close(pushed_reduced, _reduce(parts, "sum"), torch.float32))
+            ok.append(_close(pushed_scattered, mine, torch.float32))
         return ok
 
 
@@ -589,15 +625,17 @@ def test_every_collective_compiles_for_hopper_with_vector_accesses():
     stdout = run_cuda_script("compile_ccl.py", "fp32", "bf16")
     lines = dict(line.split(" ", 1) for line in stdout.splitlines())
     # 4 all-reduce variants (atomic: fp32 only), 4 staged modes, 4 low-latency modes,
-    # all_gather, all_to_all, broadcast; reduce_scatter runs all_reduce_one_shot on its
-    # block when neither staged nor low-latency.
-    assert len(lines) == 29, stdout
+    # 2 pushed modes, all_gather, all_to_all, broadcast; reduce_scatter runs
+    # all_reduce_one_shot on its block when no other protocol applies.
+    assert len(lines) == 33, stdout
     for name in (
         "all_reduce_one_shot[fp32]",
         "all_reduce_two_shot[bf16]",
         "all_gather[fp32]",
         "all_reduce_one_shot[bf16]",
         "all_reduce_staged[bf16]",
+        "all_reduce_pushed[bf16]",
+        "reduce_scatter_pushed[fp32]",
         "all_gather_staged[fp32]",
         "reduce_scatter_staged[bf16]",
         "broadcast[bf16]",

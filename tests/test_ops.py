@@ -9,6 +9,7 @@ run once, to keep the interpreter's time down).
 import pytest
 import torch
 import torch.distributed as dist
+from offline import run_cuda_script
 
 import iris
 from iris.ops import FusedConfig, choose_variant
@@ -311,3 +312,9 @@ def _replay_body(rank, world_size):
 def test_repeated_calls_replay_their_plan_with_new_values(multi_world):
     for errors in multi_world.run(_replay_body):
         assert max(errors) < 1e-2, errors
+
+
+def test_ops_kernels_compile_for_hopper():
+    stdout = run_cuda_script("compile_ops_kernels.py")
+    # 8 kernels (wait_landed twice), untraced and traced
+    assert len(stdout.splitlines()) == 16, stdout

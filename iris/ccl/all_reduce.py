@@ -34,6 +34,7 @@ from . import device as ccl
 from .config import ReduceOp
 from .device import RANK_ARGS
 from .low_latency import low_latency_launch, payload_bytes
+from .pushed import pushed_launch
 from .runtime import (
     REDUCIBLE_DTYPES,
     check_disjoint,
@@ -231,6 +232,8 @@ def pick_variant(config, nbytes: int, group_size: int) -> str:
     """
     if config.all_reduce_variant != "auto":
         return config.all_reduce_variant
+    if config.protocol == "pushed":
+        return "two_shot"  # the only variant with a pushed kernel
     limit = config.one_shot_max_bytes
     if limit is None:
         limit = (1 << 20) if group_size <= 4 else (256 << 10)
@@ -264,8 +267,13 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
             protocol = runtime.protocol(
                 errors, state, config, nbytes(inp), payload_bytes(nbytes(inp), out, inp)
             )
+        elif variant == "two_shot" and config.protocol in ("auto", "pushed"):
+            tile_bytes = config.block_for(inp.element_size()) * inp.element_size()
+            protocol = runtime.protocol(errors, state, config, None, pushed_bytes=tile_bytes)
         elif config.protocol not in ("auto", "direct"):
-            errors.append(f"protocol={config.protocol!r} runs only the one_shot variant, not {variant}")
+            runs = "two_shot" if config.protocol == "pushed" else "one_shot"
+            errors.append(f"protocol={config.protocol!r} runs only the {runs} variant, not {variant}")
+        # Only the direct kernels read peers' inputs; pushed ones still store into outputs.
         inp_on_heap &= protocol == "direct"
         usable = check_tensor(errors, ctx, out, "out", REDUCIBLE_DTYPES, on_heap=out_on_heap)
         usable &= check_tensor(errors, ctx, inp, "inp", REDUCIBLE_DTYPES, on_heap=inp_on_heap)
@@ -293,6 +301,8 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
             return low_latency_launch(runtime, state, "all_reduce", out, inp, config, op)
         if protocol == "staged":
             return staged_launch(runtime, state, "all_reduce", out, inp, inp.numel(), config, op)
+        if protocol == "pushed":
+            return pushed_launch(runtime, state, "all_reduce", out, inp, inp.numel(), config, op)
         tiles = triton.cdiv(inp.numel(), block)
         if variant in ("two_shot", "ring"):
             tiles = triton.cdiv(tiles, state.size)

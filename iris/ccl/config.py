@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 ALL_REDUCE_VARIANTS = ("auto", "one_shot", "two_shot", "ring", "atomic")
 #: How data crosses between ranks (``Config.protocol``).
-PROTOCOLS = ("auto", "low_latency", "staged", "direct")
+PROTOCOLS = ("auto", "low_latency", "staged", "pushed", "direct")
 
 
 class ReduceOp(enum.Enum):
@@ -56,15 +56,17 @@ class Config:
             ``"auto"`` (one-shot up to ``one_shot_max_bytes``, two-shot above).
         one_shot_max_bytes (int): the ``"auto"`` switch point; ``None`` scales
             with the group size (see :func:`iris.ccl.all_reduce.pick_variant`).
-        protocol (str): how small calls move data. ``"low_latency"`` sends data and
+        protocol (str): how calls move data. ``"low_latency"`` sends data and
             flag in one 8-byte store (:mod:`iris.ccl.low_latency`); ``"staged"``
             copies into a staging buffer and synchronises once
-            (:mod:`iris.ccl.staged`); ``"direct"`` runs the kernels with ready and
-            done handshakes on the tensors themselves. ``"auto"`` takes the first
-            that applies: low-latency up to ``low_latency_max_bytes`` per member,
-            staged up to the staging capacity, then direct. The first two need the
-            whole-world group; forcing one that cannot run raises
-            :class:`~iris.ccl.CollectiveError`.
+            (:mod:`iris.ccl.staged`); ``"pushed"`` (two-shot ``all_reduce`` and
+            ``reduce_scatter``) moves every tile by remote stores into its owner's
+            receive slots, with no ready or done handshake (:mod:`iris.ccl.pushed`);
+            ``"direct"`` runs the kernels with ready and done handshakes on the
+            tensors themselves. ``"auto"`` takes the first that applies:
+            low-latency up to ``low_latency_max_bytes`` per member, staged up to the
+            staging capacity, then direct. All but direct need the whole-world group;
+            forcing one that cannot run raises :class:`~iris.ccl.CollectiveError`.
         low_latency_max_bytes (int): the ``"auto"`` limit of the low-latency
             protocol, in payload bytes each member sends to one member; ``None``
             uses :data:`iris.ccl.runtime.LOW_LATENCY_AUTO_BYTES`.

@@ -40,17 +40,20 @@ from ..device.barrier import arrive, wait_arrivals
 
 __all__ = [
     "arrive", "wait_arrivals", "sync_row", "push_tile", "combine", "reduce_tile", "flag_row",
-    "READY", "DONE", "STEPS", "RANK_ARGS",
+    "READY", "DONE", "STEPS", "ARRIVED", "LANDED", "RANK_ARGS",
 ]  # fmt: skip
 
 #: Kernel arguments that differ between ranks. Not specialising them (Triton would
 #: turn a 1 into a constant) gives every rank the same compiled kernel.
 RANK_ARGS = ["my_index", "cur_rank"]
 
-#: A group's flag rows (``flag_row``'s ``phase``): ready, done, the ring's step counters.
+#: A group's flag rows (``flag_row``'s ``phase``): ready, done, the ring's step counters,
+#: and the pushed protocol's arrivals and landed results (:mod:`iris.ccl.pushed`).
 READY: tl.constexpr = tl.constexpr(0)
 DONE: tl.constexpr = tl.constexpr(1)
 STEPS: tl.constexpr = tl.constexpr(2)
+ARRIVED: tl.constexpr = tl.constexpr(3)
+LANDED: tl.constexpr = tl.constexpr(4)
 
 
 @triton.jit
@@ -132,5 +135,5 @@ def _accumulator(values):
 
 @triton.jit
 def flag_row(flags, phase, pid, max_programs, world_size):
-    """Program ``pid``'s row of ``phase`` (:data:`READY`, :data:`DONE`, :data:`STEPS`) in a group's flags."""
+    """Program ``pid``'s row of ``phase`` (:data:`READY`, :data:`DONE`, ...) in a group's flags."""
     return flags + (phase * max_programs + pid) * world_size

@@ -5,9 +5,11 @@
 from every input (remote loads) and the output may live anywhere. Small calls
 use the low-latency protocol (:mod:`iris.ccl.low_latency`), then up to the
 staging capacity the inputs are staged (:mod:`iris.ccl.staged`); the inputs may
-then live anywhere too. Above that they must be on the heap, and the kernel is the one-shot
-all-reduce run on this rank's block: a pointer to block ``i`` on rank ``i``
-reaches block ``i`` of every peer, because heap translation keeps the offset.
+then live anywhere too. ``Config.protocol="pushed"`` instead stores every block
+into its owner's receive slots (:mod:`iris.ccl.pushed`; inputs anywhere). Direct
+calls need the inputs on the heap, and the kernel is the one-shot all-reduce run
+on this rank's block: a pointer to block ``i`` on rank ``i`` reaches block ``i``
+of every peer, because heap translation keeps the offset.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ..prepared import PreparedLaunch
 from .all_reduce import one_shot_kernel
 from .config import ReduceOp
 from .low_latency import low_latency_launch, payload_bytes
+from .pushed import pushed_launch
 from .runtime import REDUCIBLE_DTYPES, check_disjoint, check_tensor, describe_tensor, nbytes, tensor_key
 from .staged import staged_launch
 
@@ -31,7 +34,10 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> Prepa
     def prepare():
         ctx = runtime.ctx
         errors: list[str] = []
-        protocol = runtime.protocol(errors, state, config, nbytes(inp), payload_bytes(nbytes(out), out, inp))
+        tile_bytes = config.block_for(inp.element_size()) * inp.element_size()
+        protocol = runtime.protocol(
+            errors, state, config, nbytes(inp), payload_bytes(nbytes(out), out, inp), tile_bytes
+        )
         direct = protocol == "direct"
         usable = check_tensor(errors, ctx, out, "out", REDUCIBLE_DTYPES, on_heap=False)
         usable &= check_tensor(errors, ctx, inp, "inp", REDUCIBLE_DTYPES, on_heap=direct)
@@ -56,6 +62,8 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> Prepa
             return low_latency_launch(runtime, state, "reduce_scatter", out, inp, config, op)
         if protocol == "staged":
             return staged_launch(runtime, state, "reduce_scatter", out, inp, out.numel(), config, op)
+        if protocol == "pushed":
+            return pushed_launch(runtime, state, "reduce_scatter", out, inp, out.numel(), config, op)
         block = config.block_for(out.element_size())
         grid = (runtime.programs(triton.cdiv(out.numel(), block), config),)
         n = out.numel()

@@ -21,8 +21,9 @@ import torch.distributed as dist
 from ..group_slots import GroupSlots
 from ..prepared import PreparedLaunch
 
-#: Flag rows per program: ready, done and the ring's step counters (see ``device.READY``...).
-PHASES = 3
+#: Flag rows per program: ready, done, the ring's step counters, pushed arrivals and
+#: landed results (see ``device.READY``...).
+PHASES = 5
 #: Groups whose collectives can be in use at once (slot 0 is the whole world).
 GROUP_SLOTS = 16
 
@@ -33,6 +34,9 @@ STAGING_BYTES = 1 << 20
 #: Most payload bytes a low-latency call sends each member (``iris.ccl.low_latency``);
 #: capped so that the receive slots take at most heap_size / 32.
 LOW_LATENCY_BYTES = 256 << 10
+#: Bytes of one receive slot of a pushed call (``iris.ccl.pushed``): one tile; capped so that
+#: the slots take at most heap_size / 16.
+PUSH_SLOT_BYTES = 16 << 10
 #: ``Config.protocol="auto"`` uses the low-latency protocol up to this many bytes per member.
 LOW_LATENCY_AUTO_BYTES = 256 << 10
 
@@ -78,20 +82,25 @@ class Runtime:
         self._recent: dict[str, tuple] = {}
         self._staging: torch.Tensor | None = None
         self._low_latency: torch.Tensor | None = None
+        self._push_slots: torch.Tensor | None = None
         #: Calls of the staged and low-latency protocols so far, and programs done with the
         #: current one: both protocols take turns on their halves by this one count.
         self.protocol_calls = torch.zeros(2, dtype=torch.int32, device=ctx.device)
 
-    def protocol(self, errors: list[str], state: Group, config, staged_bytes, low_latency_bytes=None) -> str:
-        """The protocol a call runs (``Config.protocol``): ``"low_latency"``, ``"staged"`` or ``"direct"``.
+    def protocol(
+        self, errors: list[str], state: Group, config, staged_bytes, low_latency_bytes=None, pushed_bytes=None
+    ) -> str:
+        """The protocol a call runs (``Config.protocol``): ``"low_latency"``, ``"staged"``,
+        ``"pushed"`` or ``"direct"``.
 
         ``staged_bytes`` is what a member would stage, or None for a collective
         without a staged kernel; ``low_latency_bytes`` what it sends one member
         under the low-latency protocol, or None where that protocol does not apply
-        (a broadcast, or blocks that are not whole aligned 4-byte words). A forced
-        protocol that cannot run appends to ``errors``. Callers put the choice in
-        the signature the members compare: it hangs on tensor alignment, which may
-        differ between ranks.
+        (a broadcast, or blocks that are not whole aligned 4-byte words);
+        ``pushed_bytes`` the bytes of one tile of a pushed call, or None for a call
+        without a pushed kernel. A forced protocol that cannot run appends to
+        ``errors``. Callers put the choice in the signature the members compare: it
+        hangs on tensor alignment, which may differ between ranks.
 
         Example:
             >>> runtime.protocol(errors, state, Config(), inp.numel() * inp.element_size())
@@ -110,10 +119,15 @@ class Runtime:
             if low_latency and low_latency_bytes <= limit:
                 return "low_latency"
             return "staged" if staged else "direct"
-        possible = {"low_latency": low_latency, "staged": staged, "direct": True}[config.protocol]
-        if not possible:
+        pushed = whole_world and pushed_bytes is not None and pushed_bytes <= self._push_slot_bytes()
+        possible = {"low_latency": low_latency, "staged": staged, "pushed": pushed, "direct": True}
+        if not possible[config.protocol]:
             if not whole_world:
                 why = "it runs only in the whole-world group (group=None)"
+            elif config.protocol == "pushed" and pushed_bytes is None:
+                why = "only all_reduce (two_shot) and reduce_scatter have a pushed kernel"
+            elif config.protocol == "pushed":
+                why = f"its tiles hold at most {self._push_slot_bytes()} bytes (this call's: {pushed_bytes})"
             elif config.protocol == "staged" and staged_bytes is None:
                 why = "this collective has no staged kernel"
             elif config.protocol == "staged":
@@ -130,6 +144,22 @@ class Runtime:
 
     def _staging_capacity(self) -> int:
         return min(STAGING_BYTES, self.ctx.heap_size // 64) // 256 * 256
+
+    def _push_slot_bytes(self) -> int:
+        # Two halves of a slot per program and member: at most 1/16 of the heap.
+        slots = 2 * self.max_programs * self.ctx.num_ranks
+        return min(PUSH_SLOT_BYTES, self.ctx.heap_size // (16 * slots)) // 256 * 256
+
+    def push_slots(self) -> torch.Tensor:
+        """The receive slots of :mod:`iris.ccl.pushed` (bytes), allocated on first use.
+
+        Call it only after the members agreed on a pushed call, so that every rank
+        allocates at the same point. The contents need no zeroing: flags guard them.
+        """
+        if self._push_slots is None:
+            slots = 2 * self.max_programs * self.ctx.num_ranks
+            self._push_slots = self.ctx.empty(slots * self._push_slot_bytes(), dtype=torch.uint8)
+        return self._push_slots
 
     def _low_latency_capacity(self) -> int:
         # Two halves of a slot per rank, each word sent as two: at most 1/32 of the heap.

@@ -212,8 +212,9 @@ class Ops:
             ))  # fmt: skip
         else:
             comm = min(cfg.comm_sms, num_sms - 1)
+            tickets = self._flags("tickets", 2)
             args = (
-                A, B, block, flags, entry, epoch, M, N, K, *A.stride(), *B.stride(), *block.stride(),
+                A, B, block, flags, tickets, entry, epoch, M, N, K, *A.stride(), *B.stride(), *block.stride(),
                 rank, world, heap_bases,
             )  # fmt: skip
             if variant == "workgroup_specialized":

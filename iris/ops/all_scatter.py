@@ -12,11 +12,20 @@ heap). The styles differ in who moves the finished tiles and when:
 * producer-consumer: the same kernel launched twice, ``ROLE=PRODUCER`` and
   ``ROLE=CONSUMER``, on two streams
 
-Per-tile flags (one int32 per tile, on the heap) are set to 1 by the computing
-program after its tile is stored (``iris.signal``: CTA barrier, then release) and
-reset to 0 by the one program that pushes that tile, after its acquire
-(``iris.wait_until``). Each flag has exactly one consumer, so every launch leaves
-all flags at 0: no host reset between calls, and CUDA graphs can replay it.
+Per-tile flags (one int32 per tile, on the heap) hold the call's epoch ``e``: the
+computing program sets ``2e - 1`` after its tile is stored (``iris.signal``: CTA
+barrier, then release), and whichever program *claims* the tile (compare-and-swap
+to ``2e``, an acquire) pushes it. Flags only grow, so no host reset is needed
+between calls and CUDA graphs can replay the launch.
+
+In the workgroup-specialised kernel the GEMM programs that run out of tiles join
+the pushers: with ``T`` tiles on ``G`` GEMM programs the last wave keeps only
+``T % G`` of them busy, and the idle ones drain the backlog instead of waiting
+for the kernel to end. Pushers take tiles from one ticket counter, in the order
+the GEMM finishes them. A program never waits for a higher-numbered one (the
+emulation backend runs a launch's programs in order): a GEMM program passes over
+an unfinished tile of a higher-numbered program, and the dedicated pushers (the
+highest numbers) finally sweep their share of the tiles for any passed over.
 
 Before its first store into a peer's ``out``, a program waits until that peer has
 entered the same call (``entry`` flags holding the call's epoch, a device counter
@@ -216,11 +225,142 @@ def fused_sequential_kernel(
 
 
 @triton.jit
+def claim_tile(flags, tile_id, computed):
+    """True for exactly one caller once tile ``tile_id`` is computed (flag ``computed`` -> ``computed + 1``).
+
+    The compare-and-swap is an acquire, and the CTA barrier after it gives every
+    thread of the program the tile's data.
+
+    Example:
+        >>> if claim_tile(flags, tile_id, 2 * epoch - 1):
+        >>>     push_tile(out_block, pid_m, pid_n, ...)
+    """
+    won = tl.atomic_cas(flags + tile_id, computed, computed + 1, sem="acquire", scope="gpu") == computed
+    tl.debug_barrier()
+    return won
+
+
+@triton.jit
+def push_claimed_tiles(
+    out_block,
+    flags,
+    tickets,
+    computed,
+    pid,
+    gemm_programs,
+    M,
+    N,
+    stride_cm,
+    stride_cn,
+    cur_rank,
+    world_size,
+    heap_bases,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    COMM_ROWS: tl.constexpr,
+):
+    """Take tiles from the ticket counter, in the GEMM's finishing order, and push those this program claims.
+
+    Tile ``t`` is computed by GEMM program ``t % gemm_programs``. This program waits
+    for it only when that program is lower-numbered; otherwise it tries to claim the
+    tile and passes it over if unfinished (a dedicated pusher sweeps it up later).
+
+    Example:
+        >>> push_claimed_tiles(block, flags, tickets, 2 * epoch - 1, pid, gemm_programs, M, N, ...)
+    """
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    total = num_pid_m * num_pid_n
+    # Relaxed: a ticket orders nothing, the flag's acquire does.
+    tile_id = tl.atomic_add(tickets, 1, sem="relaxed", scope="gpu")
+    while tile_id < total:
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        if (pid >= gemm_programs) | (tile_id % tl.maximum(gemm_programs, 1) < pid):
+            rma.wait_until(
+                flags + tile_id, "ge", computed, scope="gpu", heap_bases=heap_bases, pid_m=pid_m, pid_n=pid_n
+            )
+        if claim_tile(flags, tile_id, computed):
+            push_tile(
+                out_block,
+                pid_m,
+                pid_n,
+                M,
+                N,
+                stride_cm,
+                stride_cn,
+                cur_rank,
+                world_size,
+                heap_bases,
+                BLOCK_M,
+                BLOCK_N,
+                COMM_ROWS,
+            )
+        tile_id = tl.atomic_add(tickets, 1, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def sweep_passed_tiles(
+    out_block,
+    flags,
+    computed,
+    first,
+    step,
+    M,
+    N,
+    stride_cm,
+    stride_cn,
+    cur_rank,
+    world_size,
+    heap_bases,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    COMM_ROWS: tl.constexpr,
+):
+    """Wait for, claim and push every tile ``first, first + step, ...`` that nobody has claimed yet.
+
+    Flags are read 64 at a time, so a share with nothing left costs one load per 64 tiles.
+
+    Example:
+        >>> sweep_passed_tiles(block, flags, 2 * epoch - 1, pid - gemm_programs, comm_programs, M, N, ...)
+    """
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    total = num_pid_m * num_pid_n
+    SWEEP: tl.constexpr = 64
+    for chunk in range(first, total, step * SWEEP):
+        ids = chunk + tl.arange(0, SWEEP) * step
+        seen = tl.load(flags + ids, mask=ids < total, other=computed + 1, volatile=True)
+        if tl.min(seen, axis=0) <= computed:
+            for tile_id in range(chunk, tl.minimum(chunk + step * SWEEP, total), step):
+                pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+                rma.wait_until(flags + tile_id, "ge", computed, "gpu", heap_bases, pid_m=pid_m, pid_n=pid_n)
+                if claim_tile(flags, tile_id, computed):
+                    push_tile(
+                        out_block,
+                        pid_m,
+                        pid_n,
+                        M,
+                        N,
+                        stride_cm,
+                        stride_cn,
+                        cur_rank,
+                        world_size,
+                        heap_bases,
+                        BLOCK_M,
+                        BLOCK_N,
+                        COMM_ROWS,
+                    )
+
+
+@triton.jit
 def workgroup_specialized_kernel(
     a,
     b,
     out_block,
     flags,
+    tickets,
     entry,
     epoch_ptr,
     M,
@@ -246,15 +386,17 @@ def workgroup_specialized_kernel(
 ):
     """GEMM programs store tiles locally and raise per-tile flags; communication programs push them.
 
-    ``ROLE=BOTH``: programs ``[0, GEMM_PROGRAMS)`` compute and the others communicate
-    (communication programs come last because they wait and the computing ones never
-    do: a program may only wait for lower-numbered ones, see docs/memory_model.md).
+    ``ROLE=BOTH``: programs ``[0, GEMM_PROGRAMS)`` compute, then help push; the others
+    only push (they come last because they wait and the computing ones never wait
+    for them: a program may only wait for lower-numbered ones, see docs/memory_model.md).
     ``ROLE=PRODUCER`` / ``ROLE=CONSUMER``: every program of the launch has that role
     (the producer-consumer style, two launches on two streams).
+    ``tickets`` is two int32 words, zero between launches: the next tile to push and
+    the programs finished (the last one out resets both).
 
     Example:
-        >>> workgroup_specialized_kernel[(num_sms,)](a, b, block, flags, entry, epoch, M, N, K, *a.stride(),
-        ...     *b.stride(), *block.stride(), rank, world, ctx.get_heap_bases(), num_sms - 16,
+        >>> workgroup_specialized_kernel[(num_sms,)](a, b, block, flags, tickets, entry, epoch, M, N, K,
+        ...     *a.stride(), *b.stride(), *block.stride(), rank, world, ctx.get_heap_bases(), num_sms - 16,
         ...     128, 256, 64, 8, K % 64 == 0, 32, 0)
     """
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -262,6 +404,7 @@ def workgroup_specialized_kernel(
     total = num_pid_m * num_pid_n
     pid = tl.program_id(0)
     epoch = tl.load(epoch_ptr)
+    computed = 2 * epoch - 1
     if ROLE != CONSUMER:
         if pid == 0:
             announce_entry(entry, epoch, cur_rank, world_size, heap_bases)
@@ -297,7 +440,7 @@ def workgroup_specialized_kernel(
             # Only this GPU reads the flag, so GPU scope is enough for the release.
             rma.signal(
                 flags + tile_id,
-                1,
+                computed,
                 cur_rank,
                 cur_rank,
                 heap_bases,
@@ -306,21 +449,35 @@ def workgroup_specialized_kernel(
                 pid_m=pid_m,
                 pid_n=pid_n,
             )
-    else:
-        comm_programs = tl.num_programs(0) - gemm_programs
+    if ROLE != PRODUCER:
         wait_for_peers(entry, epoch, cur_rank, world_size, heap_bases)
-        # Tiles in the order the GEMM programs finish them (tile t is done in round t // GEMM_PROGRAMS).
-        for tile_id in range(pid - gemm_programs, total, comm_programs):
-            pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-            rma.wait_until(
-                flags + tile_id, "ge", 1, scope="gpu", heap_bases=heap_bases, pid_m=pid_m, pid_n=pid_n
-            )
-            # This program is the flag's only reader: clearing it readies the next launch.
-            tl.atomic_xchg(flags + tile_id, 0, sem="relaxed", scope="gpu")
-            push_tile(
+        push_claimed_tiles(
+            out_block,
+            flags,
+            tickets,
+            computed,
+            pid,
+            gemm_programs,
+            M,
+            N,
+            stride_cm,
+            stride_cn,
+            cur_rank,
+            world_size,
+            heap_bases,
+            BLOCK_M,
+            BLOCK_N,
+            GROUP_M,
+            COMM_ROWS,
+        )
+        if pid >= gemm_programs:
+            comm_programs = tl.num_programs(0) - gemm_programs
+            sweep_passed_tiles(
                 out_block,
-                pid_m,
-                pid_n,
+                flags,
+                computed,
+                pid - gemm_programs,
+                comm_programs,
                 M,
                 N,
                 stride_cm,
@@ -330,5 +487,9 @@ def workgroup_specialized_kernel(
                 heap_bases,
                 BLOCK_M,
                 BLOCK_N,
+                GROUP_M,
                 COMM_ROWS,
             )
+        if tl.atomic_add(tickets + 1, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1:
+            tl.store(tickets, 0)
+            tl.store(tickets + 1, 0)

@@ -1,10 +1,11 @@
-"""Compile the copy-engine kernels for Hopper (sm_90), untraced and traced; no GPU needed.
+"""Compile the ``ctx.ops`` kernels that CI runs only under the interpreter, for Hopper (sm_90).
 
-The handshake and sum kernels of ``iris.ops.copy_kernels`` and the two tracing kernels
-of ``iris.device.dma_trace`` run on GPUs only as tiny launches beside cuBLAS; this
-catches code that only the interpreter accepts before a GPU run does.
+The handshake and sum kernels of ``iris.ops.copy_kernels``, the two tracing kernels
+of ``iris.device.dma_trace`` and the workgroup-specialised GEMM + all-scatter
+(GPU-sized tiles), untraced and traced: this catches code that only the interpreter
+accepts before a GPU run does. No GPU is needed.
 
-    IRIS_BACKEND=cuda python scripts/compile_copy_kernels.py
+    IRIS_BACKEND=cuda python scripts/compile_ops_kernels.py
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from compile_ccl import compile_ptx
 import iris
 from iris.device.dma_trace import dma_record_kernel, dma_start_kernel
 from iris.ops import copy_kernels
+from iris.ops.all_scatter import BOTH, workgroup_specialized_kernel
 
 
 def kernels(bases: str):
@@ -38,6 +40,13 @@ def kernels(bases: str):
     record = {"heap_bases": bases, "stamps": "*i64", "lane": "i32", "target_rank": "i32"}
     record.update(offset="i64", nbytes="i64")
     yield "dma_record", dma_record_kernel, record, {}
+    fused = {"a": "*bf16", "b": "*bf16", "out_block": "*bf16", "flags": "*i32", "tickets": "*i32"}
+    fused.update(entry="*i32", epoch_ptr="*i32", heap_bases=bases)
+    for name in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"):
+        fused[name] = "i32"
+    fused.update(cur_rank="i32", world_size="i32", GEMM_PROGRAMS="i32")
+    tiles = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "EVEN_K": True, "COMM_ROWS": 32}
+    yield "workgroup_specialized", workgroup_specialized_kernel, fused, {**tiles, "ROLE": BOTH}
 
 
 if __name__ == "__main__":

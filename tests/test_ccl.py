@@ -319,7 +319,7 @@ def _pushed_body(rank, world_size, dtype_name):
     config = dataclasses.replace(SMALL, protocol="pushed")
     n = 4 * 64 * world_size - 37
     block = 4 * 64 - 5
-    with iris.iris(1 << 22) as ctx:
+    with iris.iris(1 << 24) as ctx:  # the slots take at most 1/16 of the heap
         ok = {}
         for step in range(3):
             inp = _random(ctx, (world_size * block,), dtype, seed=100 * step + rank).clone()  # off the heap
@@ -461,7 +461,8 @@ def _mismatch_body(rank, world_size, problem):
         out = ctx.empty(n, dtype=torch.float16 if problem == "dtype" and rank == 0 else torch.float32)
         config = SMALL
         if problem == "off_heap":
-            config = dataclasses.replace(SMALL, all_reduce_variant="two_shot")  # one-shot stages inputs
+            # direct two-shot reads peers' inputs (the other protocols take inputs anywhere)
+            config = dataclasses.replace(SMALL, all_reduce_variant="two_shot", protocol="direct")
             if rank == world_size - 1:
                 inp = torch.randn(n, device=ctx.get_device())
         try:
@@ -511,7 +512,8 @@ def _traced_body(rank, world_size):
         inp = _random(ctx, (N,), torch.float32, seed=rank)
         out = ctx.empty(N)
         ctx.tracing.enable(max_events=64 * ctx.get_cu_count())
-        ctx.ccl.all_reduce(out, inp, config=Config(block_size=64, all_reduce_variant="two_shot"))
+        direct = Config(block_size=64, all_reduce_variant="two_shot", protocol="direct")  # remote loads
+        ctx.ccl.all_reduce(out, inp, config=direct)
         events = ctx.tracing.events()
         ctx.tracing.disable()
         return sorted(set(events["event_id"].tolist()))

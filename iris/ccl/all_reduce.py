@@ -269,7 +269,9 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
             )
         elif variant == "two_shot" and config.protocol in ("auto", "pushed"):
             tile_bytes = config.block_for(inp.element_size()) * inp.element_size()
-            protocol = runtime.protocol(errors, state, config, None, pushed_bytes=tile_bytes)
+            protocol = runtime.protocol(
+                errors, state, config, None, pushed_bytes=tile_bytes, call_bytes=nbytes(inp)
+            )
         elif config.protocol not in ("auto", "direct"):
             runs = "two_shot" if config.protocol == "pushed" else "one_shot"
             errors.append(f"protocol={config.protocol!r} runs only the {runs} variant, not {variant}")

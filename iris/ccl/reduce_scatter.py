@@ -36,7 +36,7 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> Prepa
         errors: list[str] = []
         tile_bytes = config.block_for(inp.element_size()) * inp.element_size()
         protocol = runtime.protocol(
-            errors, state, config, nbytes(inp), payload_bytes(nbytes(out), out, inp), tile_bytes
+            errors, state, config, nbytes(inp), payload_bytes(nbytes(out), out, inp), tile_bytes, nbytes(inp)
         )
         direct = protocol == "direct"
         usable = check_tensor(errors, ctx, out, "out", REDUCIBLE_DTYPES, on_heap=False)

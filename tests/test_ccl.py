@@ -575,7 +575,7 @@ def test_tile_functions_build_a_user_collective(world):
 
 # ---------------------------------------------------------------- CUDA graphs
 def _graph_body(rank, world_size):
-    with iris.iris(1 << 24) as ctx:
+    with iris.iris(1 << 29) as ctx:  # room for the pushed protocol's slots (1/16 of the heap)
         inp = ctx.empty(4099)
         reduced = ctx.empty(4099)
         gathered = ctx.empty(world_size * 4099)

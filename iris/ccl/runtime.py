@@ -146,7 +146,11 @@ class Runtime:
             elif config.protocol == "pushed" and pushed_bytes is None:
                 why = "only all_reduce (two_shot) and reduce_scatter have a pushed kernel"
             elif config.protocol == "pushed":
-                why = f"its tiles hold at most {self._push_slot_bytes()} bytes (this call's: {pushed_bytes})"
+                why = (
+                    f"its slots hold tiles of at most {self._push_slot_bytes()} bytes (this call's: "
+                    f"{pushed_bytes}); they take at most 1/16 of the heap: use a larger heap or a "
+                    "smaller Config.block_size"
+                )
             elif config.protocol == "staged" and staged_bytes is None:
                 why = "this collective has no staged kernel"
             elif config.protocol == "staged":

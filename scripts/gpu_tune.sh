@@ -3,7 +3,7 @@
 # the forced protocols of small calls (eager and graph), launch settings of large ones,
 # and the fused GEMM + all-scatter over tile shapes and communication programs.
 #   bash scripts/gpu_tune.sh          results in $OUT (device tool) or ./out
-#   SKIP_TESTS=1 / PARTS="small large pushed fused fused_rows fused_copies copy_engine collectives collectives_small fused_ops"
+#   SKIP_TESTS=1 / PARTS="small large pushed fused fused_helpers fused_rows fused_copies copy_engine collectives collectives_small fused_ops"
 #   (the last three write the results of record: collectives_h200x4.json, ...)
 set -u
 # shellcheck source=scripts/gpu_env.sh
@@ -20,7 +20,9 @@ for part in ${PARTS-small large fused}; do  # PARTS="" runs the tests only
     small) args="--max-mib 1 --iters 100 --trials 3 --protocols --collectives all_reduce,all_gather,reduce_scatter,all_to_all" ;;
     large) args="--min-kib 16384 --max-mib 256 --iters 30 --trials 1 --no-graphs --collectives all_reduce,reduce_scatter
                  --configs comm_sms=32;comm_sms=64;comm_sms=96;num_warps=16;num_warps=4;block_size=8192;block_size=2048;comm_sms=64,block_size=8192" ;;
-    fused) args="--ops gemm_all_scatter --iters 50 --no-styles --sweep comm_sms=4;comm_sms=8;comm_sms=16;comm_sms=32" ;;
+    fused) args="--ops gemm_all_scatter --shapes 4096,8192,8192;4096,14336,4096 --iters 50 --no-styles
+                 --sweep comm_sms=4;comm_sms=8;comm_sms=16;comm_sms=32;block_n=128,comm_sms=16;block_n=128,comm_sms=24;block_n=128,comm_sms=29;block_n=128,comm_sms=36" ;;
+    fused_helpers) args="--ops gemm_all_scatter --iters 50 --no-styles --sweep comm_sms=4;comm_sms=8;comm_sms=16;comm_sms=32" ;;
     pushed) args="--min-kib 1024 --max-mib 256 --iters 30 --trials 3 --collectives all_reduce,reduce_scatter
                  --configs protocol=pushed;protocol=pushed,num_warps=16;protocol=pushed,comm_sms=64" ;;
     fused_rows) args="--ops gemm_all_scatter --shapes 4096,8192,8192 --iters 50 --no-styles
@@ -34,7 +36,7 @@ for part in ${PARTS-small large fused}; do  # PARTS="" runs the tests only
   esac
   bench=collectives; [ "${part#fused}" != "$part" ] && bench=fused_ops
   [ "$part" = copy_engine ] && bench=copy_engine
-  case $part in small|large|pushed|fused|fused_rows|fused_copies) name=tune_$part ;; *) name=$part ;; esac
+  case $part in small|large|pushed|fused|fused_helpers|fused_rows|fused_copies) name=tune_$part ;; *) name=$part ;; esac
   # shellcheck disable=SC2086
   timeout "${BENCH_TIMEOUT:-240}" python -m iris.run -n "$gpus" "benchmarks/$bench.py" $args \
     --out "$out/${name}_h200x${gpus}.json" 2>&1 | quiet | tail -60

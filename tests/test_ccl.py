@@ -340,6 +340,22 @@ def test_pushed_calls_match_torch(world, dtype_name):
         assert all(ok.values()), ok
 
 
+def _auto_protocol_body(rank, world_size):
+    with iris.iris(1 << 24) as ctx:  # staging halves of 256 KiB, push slots of 16 KiB
+        runtime = ctx.ccl._runtime
+        state = runtime.group(None)
+
+        def pick(nbytes):
+            return runtime.protocol([], state, Config(), nbytes, pushed_bytes=16 << 10, call_bytes=nbytes)
+
+        return [pick(64 << 10), pick(4 << 20), pick(16 << 20), pick(64 << 20)]
+
+
+def test_auto_stages_then_pushes_up_to_16_mib_then_goes_direct(world):
+    for picks in world.run(_auto_protocol_body):
+        assert picks == ["staged", "pushed", "pushed", "direct"]
+
+
 def _forced_protocol_body(rank, world_size, collective):
     with iris.iris(1 << 22) as ctx:
         tensor = ctx.randn(64 * world_size)

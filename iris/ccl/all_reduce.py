@@ -34,7 +34,7 @@ from . import device as ccl
 from .config import ReduceOp
 from .device import RANK_ARGS
 from .low_latency import low_latency_launch, payload_bytes
-from .pushed import pushed_launch
+from .pushed import pushed_launch, tile_bytes
 from .runtime import (
     REDUCIBLE_DTYPES,
     check_disjoint,
@@ -268,9 +268,8 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
                 errors, state, config, nbytes(inp), payload_bytes(nbytes(inp), out, inp)
             )
         elif variant == "two_shot" and config.protocol in ("auto", "pushed"):
-            tile_bytes = config.block_for(inp.element_size()) * inp.element_size()
             protocol = runtime.protocol(
-                errors, state, config, None, pushed_bytes=tile_bytes, call_bytes=nbytes(inp)
+                errors, state, config, None, pushed_bytes=tile_bytes(config, inp), call_bytes=nbytes(inp)
             )
         elif config.protocol not in ("auto", "direct"):
             runs = "two_shot" if config.protocol == "pushed" else "one_shot"

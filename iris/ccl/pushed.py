@@ -3,9 +3,7 @@
 The direct two-shot all-reduce and reduce-scatter *pull*: the owner of a tile
 loads it from every member over NVLink, and two handshakes (ready before, done
 after) guard the tensors that peers read or write. Here every transfer is a
-remote *store*, which the links carry faster than remote loads
-(../shared/HARDWARE.md: 366 against 336 GB/s on one peer), and the handshakes
-go away:
+remote *store* into a receive slot, and the handshakes go away:
 
 1. **scatter**: each member stores its copy of tile ``(c, j)`` into member
    ``j``'s receive slot, then raises one *arrived* flag per member;
@@ -30,6 +28,10 @@ results, so no rank returns before its output is complete.
 
 The receive slots are shared by every pushed call and the round counts must agree
 between ranks, so, like the staged protocol, only the whole-world group pushes.
+
+What it buys is the handshakes, not bandwidth: measured on 4 x H200 it wins up to
+16 MiB and loses from 64 MiB, where each round's fence and arrival wait, which stall
+the program, add up (``runtime.PUSHED_AUTO_BYTES``).
 """
 
 import triton
@@ -58,6 +60,16 @@ def _tile(column, j, n, lanes, MODE: tl.constexpr, GROUP: tl.constexpr, BLOCK: t
         at = j * n + column * BLOCK + lanes
         mask = column * BLOCK + lanes < n
     return at, mask
+
+
+@triton.jit
+def _raise_on_members(row, value, cur_rank, ranks, my_index, GROUP: tl.constexpr, heap_bases):
+    # ``row[cur_rank] = value`` on every other member, after everything this program
+    # wrote: one system fence for all members, then relaxed sets (as ``barrier.arrive``).
+    hw.fence_system()
+    for i in tl.static_range(1, GROUP):
+        peer = tl.load(ranks + (my_index + i) % GROUP)
+        rma.signal(row + cur_rank, value, cur_rank, peer, heap_bases, sem="relaxed")
 
 
 @triton.jit(do_not_specialize=RANK_ARGS)
@@ -109,11 +121,7 @@ def pushed_kernel(
             values = tl.load(inp + at, mask=mask)
             peer = tl.load(ranks + j)
             rma.store(half + my_index * BLOCK + lanes, values, cur_rank, peer, heap_bases, mask=mask)
-        # One system fence for all members, then relaxed flags (as ``barrier.arrive``).
-        hw.fence_system()
-        for i in tl.static_range(1, GROUP):
-            peer = tl.load(ranks + (my_index + i) % GROUP)
-            rma.signal(arrived + cur_rank, base + rounds + 1, cur_rank, peer, heap_bases, sem="relaxed")
+        _raise_on_members(arrived, base + rounds + 1, cur_rank, ranks, my_index, GROUP, heap_bases)
         # 2. reduce our own tile of the column with what every member sent.
         own, mask = _tile(column, my_index, n, lanes, MODE, GROUP, BLOCK)
         total = ccl._accumulator(tl.load(inp + own, mask=mask))
@@ -137,13 +145,19 @@ def pushed_kernel(
             # Every member's results for our columns of this call have landed here once
             # its landed flag reaches our round count.
             landed = ccl.flag_row(flags, ccl.LANDED, pid, max_programs, world_size)
-            hw.fence_system()
-            for i in tl.static_range(1, GROUP):
-                peer = tl.load(ranks + (my_index + i) % GROUP)
-                rma.signal(landed + cur_rank, base + rounds, cur_rank, peer, heap_bases, sem="relaxed")
+            _raise_on_members(landed, base + rounds, cur_rank, ranks, my_index, GROUP, heap_bases)
             for i in tl.static_range(1, GROUP):
                 peer = tl.load(ranks + (my_index + i) % GROUP)
                 rma.wait_until(landed + peer, "ge", base + rounds, heap_bases=heap_bases, op=WAIT_OP)
+
+
+def tile_bytes(config, inp) -> int:
+    """Bytes of one tile, and so of one receive slot, of a pushed call on ``inp``.
+
+    Example:
+        >>> runtime.protocol(errors, state, config, None, pushed_bytes=tile_bytes(config, inp))
+    """
+    return config.block_for(inp.element_size()) * inp.element_size()
 
 
 def pushed_launch(runtime, state, mode: str, out, inp, n: int, config, op=None):

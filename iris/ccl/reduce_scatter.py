@@ -20,7 +20,7 @@ from ..prepared import PreparedLaunch
 from .all_reduce import one_shot_kernel
 from .config import ReduceOp
 from .low_latency import low_latency_launch, payload_bytes
-from .pushed import pushed_launch
+from .pushed import pushed_launch, tile_bytes
 from .runtime import REDUCIBLE_DTYPES, check_disjoint, check_tensor, describe_tensor, nbytes, tensor_key
 from .staged import staged_launch
 
@@ -34,9 +34,14 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> Prepa
     def prepare():
         ctx = runtime.ctx
         errors: list[str] = []
-        tile_bytes = config.block_for(inp.element_size()) * inp.element_size()
         protocol = runtime.protocol(
-            errors, state, config, nbytes(inp), payload_bytes(nbytes(out), out, inp), tile_bytes, nbytes(inp)
+            errors,
+            state,
+            config,
+            nbytes(inp),
+            payload_bytes(nbytes(out), out, inp),
+            pushed_bytes=tile_bytes(config, inp),
+            call_bytes=nbytes(inp),
         )
         direct = protocol == "direct"
         usable = check_tensor(errors, ctx, out, "out", REDUCIBLE_DTYPES, on_heap=False)

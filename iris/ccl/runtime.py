@@ -114,8 +114,8 @@ class Runtime:
         ``pushed_bytes`` the bytes of one tile of a pushed call, or None for a call
         without a pushed kernel, and ``call_bytes`` the input bytes per member that
         ``"auto"`` pushes up to :data:`PUSHED_AUTO_BYTES`. A forced protocol that
-        cannot run appends to ``errors``. Callers put the choice in the signature the members compare: it
-        hangs on tensor alignment, which may differ between ranks.
+        cannot run appends to ``errors``. Callers put the choice in the signature the
+        members compare: it hangs on tensor alignment, which may differ between ranks.
 
         Example:
             >>> runtime.protocol(errors, state, Config(), inp.numel() * inp.element_size())
@@ -168,10 +168,12 @@ class Runtime:
     def _staging_capacity(self) -> int:
         return min(STAGING_BYTES, self.ctx.heap_size // 64) // 256 * 256
 
+    def _push_slot_count(self) -> int:
+        return 2 * self.max_programs * self.ctx.num_ranks  # two halves per program and member
+
     def _push_slot_bytes(self) -> int:
-        # Two halves of a slot per program and member: at most 1/16 of the heap.
-        slots = 2 * self.max_programs * self.ctx.num_ranks
-        return min(PUSH_SLOT_BYTES, self.ctx.heap_size // (16 * slots)) // 256 * 256
+        # All slots together take at most 1/16 of the heap.
+        return min(PUSH_SLOT_BYTES, self.ctx.heap_size // (16 * self._push_slot_count())) // 256 * 256
 
     def push_slots(self) -> torch.Tensor:
         """The receive slots of :mod:`iris.ccl.pushed` (bytes), allocated on first use.
@@ -180,8 +182,8 @@ class Runtime:
         allocates at the same point. The contents need no zeroing: flags guard them.
         """
         if self._push_slots is None:
-            slots = 2 * self.max_programs * self.ctx.num_ranks
-            self._push_slots = self.ctx.empty(slots * self._push_slot_bytes(), dtype=torch.uint8)
+            total = self._push_slot_count() * self._push_slot_bytes()
+            self._push_slots = self.ctx.empty(total, dtype=torch.uint8)
         return self._push_slots
 
     def _low_latency_capacity(self) -> int:

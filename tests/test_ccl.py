@@ -341,12 +341,15 @@ def test_pushed_calls_match_torch(world, dtype_name):
 
 
 def _auto_protocol_body(rank, world_size):
-    with iris.iris(1 << 24) as ctx:  # staging halves of 256 KiB, push slots of 16 KiB
+    with iris.iris(1 << 24) as ctx:  # staging halves of 256 KiB
         runtime = ctx.ccl._runtime
         state = runtime.group(None)
+        # Tiles as large as this heap's push slots hold (their size depends on the SM count).
+        tile = runtime._push_slot_bytes()
+        assert tile > 0
 
         def pick(nbytes):
-            return runtime.protocol([], state, Config(), nbytes, pushed_bytes=16 << 10, call_bytes=nbytes)
+            return runtime.protocol([], state, Config(), nbytes, pushed_bytes=tile, call_bytes=nbytes)
 
         return [pick(64 << 10), pick(4 << 20), pick(16 << 20), pick(64 << 20)]
 

@@ -46,6 +46,22 @@ class PreparedLaunch:
         self.compiled = None
         self._device = None
 
+    def compile(self):
+        """Compile for the current device without launching; Triton's compiled kernel, handles loaded.
+
+        The first call then launches it directly. GPU backends only (the
+        interpreter compiles nothing).
+
+        Example:
+            >>> step.compile().n_regs
+            224
+        """
+        if self.compiled is None:
+            self.compiled = self.kernel.warmup(*self.args, grid=self.grid, **self.kwargs)
+            self.compiled._init_handles()  # registers and the function handle come with loading
+            self._device = triton.runtime.driver.active.get_current_device()
+        return self.compiled
+
     def __call__(self) -> None:
         if self.compiled is None or _hooks_installed():
             compiled = self.kernel[self.grid](*self.args, **self.kwargs)

@@ -5,6 +5,11 @@ of ``iris.device.dma_trace`` and the workgroup-specialised GEMM + all-scatter
 (GPU-sized tiles), untraced and traced: this catches code that only the interpreter
 accepts before a GPU run does. No GPU is needed.
 
+It then checks that a consumer can share SMs with the GEMM
+(``FusedConfig.consumer_warps``): the producer, compiled to a cubin with the
+specialisation a launch gives it, must leave room for consumers of 1, 2 and 4
+warps (``iris.ops.config.consumer_registers``).
+
     IRIS_BACKEND=cuda python scripts/compile_ops_kernels.py
 """
 
@@ -15,12 +20,20 @@ import sys
 
 os.environ.setdefault("IRIS_BACKEND", "cuda")
 
+import re
+import subprocess
+import tempfile
+
+import triton
 from compile_ccl import compile_ptx
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
 
 import iris
 from iris.device.dma_trace import dma_record_kernel, dma_start_kernel
 from iris.ops import copy_kernels
-from iris.ops.all_scatter import BOTH, workgroup_specialized_kernel
+from iris.ops.all_scatter import BOTH, CONSUMER, PRODUCER, workgroup_specialized_kernel
+from iris.ops.config import SM_REGISTERS, consumer_registers
 
 
 def kernels(bases: str):
@@ -40,13 +53,80 @@ def kernels(bases: str):
     record = {"heap_bases": bases, "stamps": "*i64", "lane": "i32", "target_rank": "i32"}
     record.update(offset="i64", nbytes="i64")
     yield "dma_record", dma_record_kernel, record, {}
-    fused = {"a": "*bf16", "b": "*bf16", "out_block": "*bf16", "flags": "*i32", "tickets": "*i32"}
-    fused.update(entry="*i32", epoch_ptr="*i32", heap_bases=bases)
+    yield (
+        "workgroup_specialized",
+        workgroup_specialized_kernel,
+        fused_signature(bases),
+        {**TILES, "ROLE": BOTH},
+    )
+
+
+def fused_signature(bases: str) -> dict:
+    """The workgroup-specialised kernel's argument types with ``heap_bases`` of type ``bases``."""
+    signature = {"a": "*bf16", "b": "*bf16", "out_block": "*bf16", "flags": "*i32", "tickets": "*i32"}
+    signature.update(entry="*i32", epoch_ptr="*i32", heap_bases=bases)
     for name in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"):
-        fused[name] = "i32"
-    fused.update(cur_rank="i32", world_size="i32", GEMM_PROGRAMS="i32")
-    tiles = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "EVEN_K": True, "COMM_ROWS": 32}
-    yield "workgroup_specialized", workgroup_specialized_kernel, fused, {**tiles, "ROLE": BOTH}
+        signature[name] = "i32"
+    signature.update(cur_rank="i32", world_size="i32", GEMM_PROGRAMS="i32")
+    return signature
+
+
+#: The GPU default tile of a large GEMM + all-scatter (iris.ops.config.default_config).
+TILES = {
+    "BLOCK_M": 128,
+    "BLOCK_N": 256,
+    "BLOCK_K": 64,
+    "GROUP_M": 8,
+    "EVEN_K": True,
+    "COMM_ROWS": 32,
+    "POLITE": False,
+}
+
+
+def registers(role, num_warps: int, num_stages: int, maxnreg=None) -> int:
+    """Registers per thread of the all-scatter kernel in ``role``, specialised as a GPU launch is.
+
+    A launch sees 16-divisible pointers and sizes and unit inner strides; register
+    counts depend on that, so they are compiled in here rather than left generic.
+    """
+    signature = fused_signature("*u64")
+    unit = ("stride_ak", "stride_bn", "stride_cn")
+    constexprs = {**TILES, "ROLE": role, "POLITE": role == CONSUMER, **{name: 1 for name in unit}}
+    signature = {**signature, **{name: "constexpr" for name in constexprs}}
+    signature = {name: signature[name] for name in workgroup_specialized_kernel.arg_names}
+    rank_args = ("cur_rank", "world_size", "GEMM_PROGRAMS")
+    divisible = [
+        i for i, (name, kind) in enumerate(signature.items()) if kind != "constexpr" and name not in rank_args
+    ]
+    source = ASTSource(
+        workgroup_specialized_kernel,
+        signature,
+        constexprs,
+        attrs={(i,): [["tt.divisibility", 16]] for i in divisible},
+    )
+    options = dict(num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        usage = subprocess.run(
+            [cuobjdump, "--dump-resource-usage", cubin.name], capture_output=True, text=True
+        )
+    return int(re.search(r"REG:(\d+)", usage.stdout).group(1))
+
+
+def check_consumer_budget() -> bool:
+    """Print the producer's and each capped consumer's registers; True if every consumer fits beside it."""
+    producer = registers(PRODUCER, num_warps=8, num_stages=3)
+    print(f"producer: {producer} registers per thread x 256 threads of {SM_REGISTERS}")
+    fits = True
+    for warps in (1, 2, 4):
+        cap = consumer_registers(producer, 8, warps)
+        fits &= cap > 0
+        used = registers(CONSUMER, num_warps=warps, num_stages=1, maxnreg=cap or None)
+        print(f"consumer[warps={warps}]: {used} registers (cap {cap})")
+    return fits
 
 
 if __name__ == "__main__":
@@ -56,3 +136,5 @@ if __name__ == "__main__":
         for name, kernel, signature, constexprs in kernels(bases):
             ptx = compile_ptx(kernel, signature, constexprs)
             print(f"{name}[{label}] {len(ptx.splitlines())} lines", flush=True)
+    if not check_consumer_budget():
+        sys.exit("the GEMM kernel leaves too few registers for a consumer beside it (consumer_registers)")

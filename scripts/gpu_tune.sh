@@ -3,7 +3,7 @@
 # the forced protocols of small calls (eager and graph), launch settings of large ones,
 # and the fused GEMM + all-scatter over tile shapes and communication programs.
 #   bash scripts/gpu_tune.sh          results in $OUT (device tool) or ./out
-#   SKIP_TESTS=1 / PARTS="small large pushed fused fused_helpers fused_rows fused_copies copy_engine collectives collectives_small fused_ops"
+#   SKIP_TESTS=1 / PARTS="small large pushed fused fused_helpers fused_shared fused_rows fused_copies copy_engine collectives collectives_small fused_ops"
 #   (the last three write the results of record: collectives_h200x4.json, ...)
 set -u
 # shellcheck source=scripts/gpu_env.sh
@@ -25,6 +25,8 @@ for part in ${PARTS-small large fused}; do  # PARTS="" runs the tests only
     fused_helpers) args="--ops gemm_all_scatter --iters 50 --no-styles --sweep comm_sms=4;comm_sms=8;comm_sms=16;comm_sms=32" ;;
     pushed) args="--min-kib 1024 --max-mib 256 --iters 30 --trials 3 --collectives all_reduce,reduce_scatter
                  --configs protocol=pushed;protocol=pushed,num_warps=16;protocol=pushed,comm_sms=64" ;;
+    fused_shared) args="--ops gemm_all_scatter --shapes 4096,8192,8192;4096,14336,4096;16384,8192,8192 --iters 50 --no-styles
+                 --sweep variant=producer_consumer;variant=producer_consumer,consumer_warps=1;variant=producer_consumer,consumer_warps=2;variant=producer_consumer,consumer_warps=4;variant=producer_consumer,consumer_warps=2,comm_rows=16;variant=producer_consumer,consumer_warps=4,comm_rows=16" ;;
     fused_rows) args="--ops gemm_all_scatter --shapes 4096,8192,8192 --iters 50 --no-styles
                  --sweep comm_rows=64;comm_rows=128;comm_sms=16,comm_rows=64;comm_sms=32,comm_rows=64;num_stages=4" ;;
     collectives) args="--max-mib 256 --iters 50 --trials 3" ;;  # the results of record
@@ -36,7 +38,7 @@ for part in ${PARTS-small large fused}; do  # PARTS="" runs the tests only
   esac
   bench=collectives; [ "${part#fused}" != "$part" ] && bench=fused_ops
   [ "$part" = copy_engine ] && bench=copy_engine
-  case $part in small|large|pushed|fused|fused_helpers|fused_rows|fused_copies) name=tune_$part ;; *) name=$part ;; esac
+  case $part in small|large|pushed|fused|fused_helpers|fused_shared|fused_rows|fused_copies) name=tune_$part ;; *) name=$part ;; esac
   # shellcheck disable=SC2086
   timeout "${BENCH_TIMEOUT:-240}" python -m iris.run -n "$gpus" "benchmarks/$bench.py" $args \
     --out "$out/${name}_h200x${gpus}.json" 2>&1 | quiet | tail -60

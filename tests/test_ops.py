@@ -13,6 +13,7 @@ from offline import run_cuda_script
 
 import iris
 from iris.ops import FusedConfig, choose_variant
+from iris.ops.config import consumer_registers
 
 M, N, K = 40, 48, 40
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -33,13 +34,13 @@ def _calls(variant):
     return 2 if variant in ("fused", "workgroup_specialized", "producer_consumer", "copy_engine") else 1
 
 
-def _config(variant):
+def _config(variant, **changes):
     return FusedConfig(
         block_m=32, block_n=32, block_k=32, group_m=2, num_stages=1, comm_sms=2, comm_rows=16, variant=variant
-    )
+    ).replace(**changes)
 
 
-def _matmul_all_gather_body(rank, world_size, variant, dim, dtype_name):
+def _matmul_all_gather_body(rank, world_size, variant, dim, dtype_name, changes):
     dtype = DTYPES[dtype_name]
     with iris.iris(1 << 24) as ctx:
         shape = (world_size * M, N) if dim == 0 else (M, world_size * N)
@@ -47,7 +48,7 @@ def _matmul_all_gather_body(rank, world_size, variant, dim, dtype_name):
         errors = []
         for call in range(_calls(variant)):
             a, b = _inputs(ctx, rank, (M, K), (K, N), dtype, call)
-            ctx.ops.matmul_all_gather(out, a, b, dim=dim, config=_config(variant))
+            ctx.ops.matmul_all_gather(out, a, b, dim=dim, config=_config(variant, **changes))
             ctx.barrier()
             local = a.float().cpu() @ b.float().cpu()
             parts = torch.empty(world_size * M, N)
@@ -59,20 +60,21 @@ def _matmul_all_gather_body(rank, world_size, variant, dim, dtype_name):
 
 
 @pytest.mark.parametrize(
-    "variant,dim,dtype",
+    "variant,dim,dtype,changes",
     [
-        ("workgroup_specialized", 1, "bf16"),
-        ("workgroup_specialized", 0, "fp16"),
-        ("producer_consumer", 1, "bf16"),
-        ("fused_sequential", 1, "fp16"),
-        ("bulk_synchronous", 0, "bf16"),
-        ("unfused", 1, "bf16"),
-        ("copy_engine", 1, "bf16"),
-        ("copy_engine", 0, "fp16"),
+        ("workgroup_specialized", 1, "bf16", {}),
+        ("workgroup_specialized", 0, "fp16", {}),
+        ("producer_consumer", 1, "bf16", {}),
+        ("producer_consumer", 0, "fp16", {"consumer_warps": 2}),
+        ("fused_sequential", 1, "fp16", {}),
+        ("bulk_synchronous", 0, "bf16", {}),
+        ("unfused", 1, "bf16", {}),
+        ("copy_engine", 1, "bf16", {}),
+        ("copy_engine", 0, "fp16", {}),
     ],
 )
-def test_matmul_all_gather_matches_torch(multi_world, variant, dim, dtype):
-    for errors in multi_world.run(_matmul_all_gather_body, variant, dim, dtype):
+def test_matmul_all_gather_matches_torch(multi_world, variant, dim, dtype, changes):
+    for errors in multi_world.run(_matmul_all_gather_body, variant, dim, dtype, changes):
         assert max(errors) < 1e-2, errors
 
 
@@ -213,6 +215,20 @@ def test_auto_fuses_only_large_multi_rank_problems():
     assert choose_variant(cfg.replace(variant="unfused"), "cuda", 8192, 8192, 8192, 4, 132) == "unfused"
 
 
+def test_consumers_share_the_sms_only_where_that_saves_a_gemm_wave():
+    from iris.ops import default_config
+
+    assert default_config("cuda", 4096, 2048, 8192, 4, 132).consumer_warps == 2  # 256 tiles: 2 waves, not 3
+    assert default_config("cuda", 4096, 3584, 4096, 4, 132).consumer_warps == 0  # 448 tiles
+    assert default_config("cuda", 16384, 2048, 8192, 4, 132).consumer_warps == 0  # 1024 tiles
+
+
+def test_a_consumer_gets_the_registers_the_gemm_leaves_on_its_sm():
+    assert consumer_registers(224, 8, 4) == 64  # 57344 + 128 x 64 = 65536
+    assert consumer_registers(224, 8, 1) == 248  # 255 at most, in steps of 8
+    assert consumer_registers(250, 8, 4) == 0  # 12 per thread left: too few
+
+
 def test_auto_all_gather_matmul_fuses_from_eight_tiles_per_sm():
     cfg, op = FusedConfig(), "all_gather_matmul"
     assert choose_variant(cfg, "cuda", 4096, 3584, 4096, 4, 132, op) == "unfused"  # 6.8 tiles per SM
@@ -235,13 +251,18 @@ def _gpu_default_body(rank, world_size, dtype_name):
         a, b = _inputs(ctx, rank, (m, k), (k, n), dtype, 0)
         local = a.float() @ b.float()
         scatter_variants = ("fused", "unfused", "bulk_synchronous", "fused_sequential", "producer_consumer")
-        for variant in (*scatter_variants, "copy_engine"):
+        scatter = {variant: _default(ctx, m, n, k, variant) for variant in (*scatter_variants, "copy_engine")}
+        for warps in (1, 4):  # consumers beside the GEMM on every SM
+            scatter[f"producer_consumer[{warps} warps]"] = scatter["producer_consumer"].replace(
+                consumer_warps=warps
+            )
+        for label, config in scatter.items():
             out = ctx.full((m, world_size * n), float("nan"), dtype=dtype)
-            ctx.ops.matmul_all_gather(out, a, b, dim=1, config=_default(ctx, m, n, k, variant))
+            ctx.ops.matmul_all_gather(out, a, b, dim=1, config=config)
             ctx.barrier()
             parts = torch.empty(world_size * m, n, device=a.device)
             dist.all_gather_into_tensor(parts, local)
-            errors[f"all_gather/{variant}"] = _relative_error(out, torch.cat(parts.split(m), dim=1).cpu())
+            errors[f"all_gather/{label}"] = _relative_error(out, torch.cat(parts.split(m), dim=1).cpu())
         for variant in ("fused", "unfused", "copy_engine"):
             if variant != "copy_engine":
                 out = ctx.full((m, n), float("nan"), dtype=dtype)
@@ -316,5 +337,5 @@ def test_repeated_calls_replay_their_plan_with_new_values(multi_world):
 
 def test_ops_kernels_compile_for_hopper():
     stdout = run_cuda_script("compile_ops_kernels.py")
-    # 8 kernels (wait_landed twice), untraced and traced
-    assert len(stdout.splitlines()) == 16, stdout
+    # 8 kernels (wait_landed twice), untraced and traced, then the producer and 3 consumers
+    assert len(stdout.splitlines()) == 20, stdout

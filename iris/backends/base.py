@@ -116,6 +116,18 @@ class Backend(ABC):
     def synchronize(self, device: torch.device, stream=None) -> None:
         """Wait until queued device work (on ``stream`` or the whole device) is done."""
 
+    def wait_value(self, flag: torch.Tensor, value: int) -> None:
+        """Hold the current stream's later work until int32 ``flag`` (device memory) is at least ``value``.
+
+        The device polls the flag, so a kernel already running on another stream can
+        release work queued after this (CUDA graphs capture the wait too). GPU
+        backends only: the interpreter runs launches one after another.
+
+        Example:
+            >>> ctx.backend.wait_value(started, 132)   # then launch what must follow them
+        """
+        raise NotImplementedError(f"the {self.name} backend has no stream-ordered waits")
+
     def accepts_device(self, requested: torch.device, heap_device: torch.device) -> bool:
         """Whether a user's ``device=`` argument names this rank's heap device."""
         if requested.type != heap_device.type:

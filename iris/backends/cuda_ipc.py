@@ -193,6 +193,17 @@ class CudaBackend(Backend):
     def copy_lanes(self, device: torch.device, count: int) -> CopyLanes:
         return _StreamLanes(device, count)
 
+    def wait_value(self, flag: torch.Tensor, value: int) -> None:
+        from cuda.bindings import driver
+
+        if flag.dtype != torch.int32 or not flag.is_cuda:
+            raise TypeError(f"iris: wait_value needs an int32 CUDA tensor, got {flag.dtype} on {flag.device}")
+        stream = driver.CUstream(torch.cuda.current_stream(flag.device).cuda_stream)
+        geq = driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ
+        (err,) = driver.cuStreamWaitValue32(stream, driver.CUdeviceptr(flag.data_ptr()), value, geq)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"iris: cuStreamWaitValue32 failed with {err!r}")
+
     def synchronize(self, device: torch.device, stream=None) -> None:
         if stream is None:
             torch.cuda.synchronize(device)

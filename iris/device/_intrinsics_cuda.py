@@ -77,6 +77,14 @@ def static_timeout_ns():
 
 
 @triton.jit
+def sleep_ns(NS: tl.constexpr):
+    """Let the SM's other warps issue for about ``NS`` nanoseconds (a polite spin)."""
+    tl.inline_asm_elementwise(
+        f"nanosleep.u32 {NS};\n\tmov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1
+    )
+
+
+@triton.jit
 def fence_system():
     """Order this thread's earlier writes before its later ones for every observer, the CPU included."""
     tl.inline_asm_elementwise(

@@ -50,7 +50,7 @@ from .all_scatter import (
     fused_sequential_kernel,
     workgroup_specialized_kernel,
 )
-from .config import COPY_ENGINE, FusedConfig, choose_variant, default_config
+from .config import COPY_ENGINE, FusedConfig, choose_variant, consumer_registers, default_config
 from .copy_plans import (
     all_gather_matmul_plan,
     matmul_all_gather_plan,
@@ -99,7 +99,7 @@ class Ops:
         1 places each rank's block at columns ``rank * N`` (GEMM + all-scatter).
 
         ``config.variant`` may name any of the four overlap styles (docs/fused.md);
-        ``"fused"`` is ``workgroup_specialized``.
+        ``"fused"`` is ``workgroup_specialized`` (``producer_consumer`` if ``config.consumer_warps``).
 
         Example:
             >>> out = ctx.empty(M, world * N, dtype=torch.bfloat16)
@@ -183,7 +183,7 @@ class Ops:
         if variant == COPY_ENGINE:
             return matmul_all_gather_plan(self, out, A, B, block, cfg.copy_chunks, async_op)
         if variant == "fused":
-            variant = "workgroup_specialized"
+            variant = "producer_consumer" if cfg.consumer_warps else "workgroup_specialized"
         num_sms = ctx.get_cu_count()
         heap_bases = ctx.get_heap_bases()
         tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
@@ -211,21 +211,19 @@ class Ops:
                  rank, world, heap_bases), gemm,
             ))  # fmt: skip
         else:
-            comm = min(cfg.comm_sms, num_sms - 1)
-            tickets = self._flags("tickets", 2)
+            tickets = self._flags("tickets", 3)
             args = (
                 A, B, block, flags, tickets, entry, epoch, M, N, K, *A.stride(), *B.stride(), *block.stride(),
                 rank, world, heap_bases,
             )  # fmt: skip
             if variant == "workgroup_specialized":
+                comm = min(cfg.comm_sms, num_sms - 1)
                 steps.append(PreparedLaunch(
                     workgroup_specialized_kernel, (num_sms,), (*args, num_sms - comm),
                     dict(ROLE=BOTH, COMM_ROWS=cfg.comm_rows, **gemm),
                 ))  # fmt: skip
             else:
-                steps += self._producer_consumer(
-                    args, num_sms - comm, comm, dict(COMM_ROWS=cfg.comm_rows, **gemm)
-                )
+                steps += self._producer_consumer(args, cfg, num_sms, dict(COMM_ROWS=cfg.comm_rows, **gemm))
         # Peers store into this rank's out: only a barrier tells that they are done.
         if not async_op:
             steps.append(ctx.device_barrier)
@@ -342,29 +340,55 @@ class Ops:
             self._epoch = self._ctx.zeros(1, dtype=torch.int32)
         return self._epoch
 
-    def _producer_consumer(self, args, gemm_programs, comm_programs, common):
+    def _producer_consumer(self, args, cfg, num_sms, common):
+        sharing = cfg.consumer_warps > 0
+        # Sharing SMs, every SM computes and one small consumer sits beside each GEMM program.
+        comm_programs = num_sms if sharing else min(cfg.comm_sms, num_sms - 1)
+        gemm_programs = num_sms if sharing else num_sms - comm_programs
         producer = PreparedLaunch(
-            workgroup_specialized_kernel, (gemm_programs,), (*args, 0), dict(ROLE=PRODUCER, **common)
+            workgroup_specialized_kernel,
+            (gemm_programs,),
+            (*args, gemm_programs),
+            dict(ROLE=PRODUCER, **common),
         )
-        consumer = PreparedLaunch(
-            workgroup_specialized_kernel, (comm_programs,), (*args, 0), dict(ROLE=CONSUMER, **common)
-        )
+
+        def consumer_launch(**options):
+            return PreparedLaunch(
+                workgroup_specialized_kernel,
+                (comm_programs,),
+                (*args, gemm_programs),
+                dict(common, ROLE=CONSUMER, **options),
+            )
+
         if _iris_config.BACKEND != "cuda":
             # The interpreter runs launches one after another: producer first, then its consumer.
-            return [producer, consumer]
+            return [producer, consumer_launch(POLITE=sharing)]
+        consumer = self._sm_sharing_consumer(producer, cfg, consumer_launch) if sharing else consumer_launch()
         if self._side_stream is None:
             self._side_stream = torch.cuda.Stream(device=self._ctx.get_device())
         side = self._side_stream
+        started = args[4][2:3]  # tickets[2]: producer programs started in this call
 
         def run():
             main = torch.cuda.current_stream()
             side.wait_stream(main)  # the consumer must not see flags or data of work queued before
             producer()
             with torch.cuda.stream(side):
+                if sharing:
+                    # Consumers that reached the SMs first could keep GEMM programs off
+                    # them while waiting for their tiles: launch once all have started.
+                    self._ctx.backend.wait_value(started, gemm_programs)
                 consumer()
             main.wait_stream(side)
 
         return [run]
+
+    def _sm_sharing_consumer(self, producer, cfg, consumer_launch):
+        # The consumer gets the registers the compiled producer leaves on an SM; with
+        # too few left it runs uncapped, on the SMs that GEMM programs leave.
+        registers = producer.compile().n_regs
+        cap = consumer_registers(registers, cfg.num_warps, cfg.consumer_warps)
+        return consumer_launch(num_warps=cfg.consumer_warps, num_stages=1, maxnreg=cap or None, POLITE=True)
 
 
 def _gemm_dims(name, A, B):

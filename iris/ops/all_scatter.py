@@ -36,6 +36,7 @@ the host bumps before each call): a rank that runs ahead never overwrites an
 import triton
 import triton.language as tl
 
+from ..device import intrinsics as hw
 from ..device import rma
 from .gemm import tile_coords, tile_offsets, traced_tile_gemm
 
@@ -259,12 +260,15 @@ def push_claimed_tiles(
     BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr,
     COMM_ROWS: tl.constexpr,
+    POLITE: tl.constexpr = False,
 ):
     """Take tiles from the ticket counter, in the GEMM's finishing order, and push those this program claims.
 
     Tile ``t`` is computed by GEMM program ``t % gemm_programs``. This program waits
     for it only when that program is lower-numbered; otherwise it tries to claim the
     tile and passes it over if unfinished (a dedicated pusher sweeps it up later).
+    ``POLITE`` waits poll every half microsecond, sleeping in between, so that GEMM
+    warps on the same SM keep issuing.
 
     Example:
         >>> push_claimed_tiles(block, flags, tickets, 2 * epoch - 1, pid, gemm_programs, M, N, ...)
@@ -277,6 +281,9 @@ def push_claimed_tiles(
     while tile_id < total:
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         if (pid >= gemm_programs) | (tile_id % tl.maximum(gemm_programs, 1) < pid):
+            if POLITE:
+                while tl.load(flags + tile_id, volatile=True) < computed:
+                    hw.sleep_ns(500)
             rma.wait_until(
                 flags + tile_id, "ge", computed, scope="gpu", heap_bases=heap_bases, pid_m=pid_m, pid_n=pid_n
             )
@@ -355,6 +362,75 @@ def sweep_passed_tiles(
 
 
 @triton.jit
+def produce_tiles(
+    a,
+    b,
+    out_block,
+    flags,
+    computed,
+    first,
+    step,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    cur_rank,
+    heap_bases,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
+    """Compute tiles ``first, first + step, ...`` into the local ``out_block``, each flagged ``computed``.
+
+    Example:
+        >>> produce_tiles(a, b, block, flags, 2 * epoch - 1, pid, gemm_programs, M, N, K, ...)
+    """
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    for tile_id in range(first, num_pid_m * num_pid_n, step):
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        acc = traced_tile_gemm(
+            a,
+            b,
+            pid_m,
+            pid_n,
+            M,
+            N,
+            K,
+            stride_am,
+            stride_ak,
+            stride_bk,
+            stride_bn,
+            heap_bases,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_K,
+            EVEN_K,
+        )
+        offsets, mask = tile_offsets(pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+        tl.store(out_block + offsets, acc.to(out_block.dtype.element_ty), mask=mask)
+        # Only this GPU reads the flag, so GPU scope is enough for the release.
+        rma.signal(
+            flags + tile_id,
+            computed,
+            cur_rank,
+            cur_rank,
+            heap_bases,
+            op="set",
+            scope="gpu",
+            pid_m=pid_m,
+            pid_n=pid_n,
+        )
+
+
+@triton.jit
 def workgroup_specialized_kernel(
     a,
     b,
@@ -383,6 +459,7 @@ def workgroup_specialized_kernel(
     EVEN_K: tl.constexpr,
     COMM_ROWS: tl.constexpr,
     ROLE: tl.constexpr,
+    POLITE: tl.constexpr = False,
 ):
     """GEMM programs store tiles locally and raise per-tile flags; communication programs push them.
 
@@ -390,38 +467,44 @@ def workgroup_specialized_kernel(
     only push (they come last because they wait and the computing ones never wait
     for them: a program may only wait for lower-numbered ones, see docs/memory_model.md).
     ``ROLE=PRODUCER`` / ``ROLE=CONSUMER``: every program of the launch has that role
-    (the producer-consumer style, two launches on two streams).
-    ``tickets`` is two int32 words, zero between launches: the next tile to push and
-    the programs finished (the last one out resets both).
+    (the producer-consumer style, two launches on two streams); both get the
+    producer's grid size as ``GEMM_PROGRAMS``. ``POLITE`` consumers, which share SMs
+    with GEMM programs, sleep between polls of a tile's flag.
+    ``tickets`` is three int32 words, zero between launches: the next tile to push,
+    the programs finished (the last one out resets both) and the producer programs
+    started (each adds one on entry; the consumer's last program out takes them
+    back), which the host can wait on before launching a consumer that must find
+    every producer program already on the SMs.
 
     Example:
         >>> workgroup_specialized_kernel[(num_sms,)](a, b, block, flags, tickets, entry, epoch, M, N, K,
         ...     *a.stride(), *b.stride(), *block.stride(), rank, world, ctx.get_heap_bases(), num_sms - 16,
         ...     128, 256, 64, 8, K % 64 == 0, 32, 0)
     """
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    total = num_pid_m * num_pid_n
     pid = tl.program_id(0)
     epoch = tl.load(epoch_ptr)
     computed = 2 * epoch - 1
-    if ROLE != CONSUMER:
-        if pid == 0:
-            announce_entry(entry, epoch, cur_rank, world_size, heap_bases)
     if ROLE == PRODUCER:
+        tl.atomic_add(tickets + 2, 1, sem="relaxed", scope="gpu")
         gemm_programs = tl.num_programs(0)
     elif ROLE == CONSUMER:
         gemm_programs = 0
     else:
         gemm_programs = GEMM_PROGRAMS
-    if pid < gemm_programs:
-        for tile_id in range(pid, total, gemm_programs):
-            pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-            acc = traced_tile_gemm(
+    # A constexpr test: a consumer launch compiles without the GEMM and keeps few
+    # registers, so it can share SMs with the producer (FusedConfig.consumer_warps).
+    if ROLE != CONSUMER:
+        if pid == 0:
+            announce_entry(entry, epoch, cur_rank, world_size, heap_bases)
+        if pid < gemm_programs:
+            produce_tiles(
                 a,
                 b,
-                pid_m,
-                pid_n,
+                out_block,
+                flags,
+                computed,
+                pid,
+                gemm_programs,
                 M,
                 N,
                 K,
@@ -429,25 +512,15 @@ def workgroup_specialized_kernel(
                 stride_ak,
                 stride_bk,
                 stride_bn,
+                stride_cm,
+                stride_cn,
+                cur_rank,
                 heap_bases,
                 BLOCK_M,
                 BLOCK_N,
                 BLOCK_K,
+                GROUP_M,
                 EVEN_K,
-            )
-            offsets, mask = tile_offsets(pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
-            tl.store(out_block + offsets, acc.to(out_block.dtype.element_ty), mask=mask)
-            # Only this GPU reads the flag, so GPU scope is enough for the release.
-            rma.signal(
-                flags + tile_id,
-                computed,
-                cur_rank,
-                cur_rank,
-                heap_bases,
-                op="set",
-                scope="gpu",
-                pid_m=pid_m,
-                pid_n=pid_n,
             )
     if ROLE != PRODUCER:
         wait_for_peers(entry, epoch, cur_rank, world_size, heap_bases)
@@ -469,6 +542,7 @@ def workgroup_specialized_kernel(
             BLOCK_N,
             GROUP_M,
             COMM_ROWS,
+            POLITE,
         )
         if pid >= gemm_programs:
             comm_programs = tl.num_programs(0) - gemm_programs
@@ -493,3 +567,7 @@ def workgroup_specialized_kernel(
         if tl.atomic_add(tickets + 1, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1:
             tl.store(tickets, 0)
             tl.store(tickets + 1, 0)
+            if ROLE == CONSUMER:
+                # A producer program without tiles may add its start after this: the
+                # count is back at 0 once both launches have ended, either way.
+                tl.atomic_add(tickets + 2, -GEMM_PROGRAMS, sem="relaxed", scope="gpu")

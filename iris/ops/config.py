@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-#: Styles of GEMM + all-scatter (``matmul_all_gather``); "fused" means workgroup_specialized.
+#: Styles of GEMM + all-scatter (``matmul_all_gather``); "fused" means workgroup_specialized
+#: (producer_consumer when the config's consumers share the SMs).
 SCATTER_VARIANTS = (
     "bulk_synchronous",
     "fused_sequential",
@@ -48,9 +49,16 @@ class FusedConfig:
         num_warps, num_stages: Triton launch settings of the fused kernel.
         comm_sms: programs (one per SM) that communicate in workgroup-specialised kernels.
         comm_rows: rows per copy step of a communication program (bounds its registers).
+        consumer_warps: the ``producer_consumer`` style's consumer. 0: it takes ``comm_sms``
+            SMs of its own and the GEMM the rest. 1, 2 or 4: the GEMM takes every SM
+            and, once all its programs have started, one consumer program of this
+            many warps runs beside each, its registers capped (:func:`consumer_registers`)
+            so both fit on one SM (if the GEMM leaves too few, the consumers run
+            uncapped on SMs the GEMM has left).
         copy_chunks: row chunks of the copy-engine ``matmul_all_gather`` (0: one per
             1024 rows, 2 to 8): chunk ``c`` travels while chunk ``c + 1`` is computed.
-        variant: ``"auto"`` (by :func:`choose_variant`), ``"fused"``, ``"unfused"``
+        variant: ``"auto"`` (by :func:`choose_variant`), ``"fused"`` (for ``matmul_all_gather``
+            workgroup-specialised, or producer-consumer when ``consumer_warps`` is set), ``"unfused"``
             (cuBLAS + a collective), ``"copy_engine"`` (cuBLAS + copy-engine puts,
             pipelined), or for ``matmul_all_gather`` one of ``bulk_synchronous``,
             ``fused_sequential``, ``workgroup_specialized``, ``producer_consumer``.
@@ -67,6 +75,7 @@ class FusedConfig:
     num_stages: int = 3
     comm_sms: int = 16
     comm_rows: int = 32
+    consumer_warps: int = 0
     copy_chunks: int = 0
     variant: str = "auto"
 
@@ -83,6 +92,8 @@ class FusedConfig:
             )
         if self.copy_chunks < 0:
             raise ValueError(f"iris.ops: copy_chunks must be >= 0 (0: automatic), got {self.copy_chunks}")
+        if self.consumer_warps not in (0, 1, 2, 4):
+            raise ValueError(f"iris.ops: consumer_warps must be 0, 1, 2 or 4, got {self.consumer_warps}")
         if self.comm_sms < 1:
             raise ValueError(f"iris.ops: comm_sms must be at least 1, got {self.comm_sms}")
 
@@ -95,12 +106,53 @@ class FusedConfig:
         return dataclasses.replace(self, **changes)
 
 
+#: Registers of one SM (sm_80 to sm_90).
+SM_REGISTERS = 65536
+#: Fewer registers per thread than this and a consumer would mostly spill.
+MIN_CONSUMER_REGISTERS = 32
+
+
+def consumer_registers(producer_registers: int, producer_warps: int, consumer_warps: int) -> int:
+    """The register cap per thread (``maxnreg``) of a consumer sharing SMs with a GEMM program.
+
+    The GEMM program takes ``producer_registers`` per thread (what ptxas gave its
+    kernel); the consumer gets what is left of the SM's registers, in steps of 8.
+    0 when less than :data:`MIN_CONSUMER_REGISTERS` per thread would be left.
+
+    Example:
+        >>> consumer_registers(224, 8, 4)  # the 128 x 256 x 64 GEMM on sm_90
+        64
+    """
+    left = SM_REGISTERS - producer_registers * producer_warps * 32
+    cap = min(248, left // (consumer_warps * 32) // 8 * 8)
+    return cap if cap >= MIN_CONSUMER_REGISTERS else 0
+
+
+def sharing_saves_a_wave(tiles: int, num_sms: int, comm_sms: int) -> bool:
+    """Whether a GEMM of ``tiles`` tiles should keep every SM and share them with small consumers.
+
+    Only when giving ``comm_sms`` SMs to communication would add a wave to a GEMM of
+    at most two: that wave is a third of the GEMM or more. Measured on 4 x H200
+    (``benchmarks/results/tune_fused_shared_h200x4.json``): with 256 tiles (2 waves
+    on 132 SMs, 3 on 108) sharing took 0.283-0.292 ms against 0.303-0.316 for
+    consumers on SMs of their own; with 448 and 1024 tiles it lost 25-35%, since its
+    consumers (2 warps beside each GEMM program) push only about 200 GB/s.
+
+    Example:
+        >>> sharing_saves_a_wave(256, 132, 24)
+        True
+    """
+    waves = -(-tiles // num_sms)
+    return waves <= 2 and waves < -(-tiles // (num_sms - comm_sms))
+
+
 def default_config(backend: str, rows: int, cols: int, k: int, world_size: int, num_sms: int) -> FusedConfig:
     """Defaults for a ``rows x cols`` per-rank output with reduction depth ``k``.
 
     Under emulation: tiny tiles (the interpreter runs each program in Python). On
     GPUs: 128 x 256 x 64 tiles when there are at least two waves of them, else
-    128 x 128 (fewer idle SMs in the last wave).
+    128 x 128 (fewer idle SMs in the last wave); consumers that share the SMs
+    (``consumer_warps=2``) where :func:`sharing_saves_a_wave`.
 
     Example:
         >>> default_config("cuda", 8192, 2048, 8192, 4, 132).block_n
@@ -113,6 +165,8 @@ def default_config(backend: str, rows: int, cols: int, k: int, world_size: int, 
     comm_sms = 16 if world_size <= 2 else 24
     wide_tiles = -(-rows // 128) * -(-cols // 256)
     if wide_tiles >= 2 * (num_sms - comm_sms):
+        if sharing_saves_a_wave(wide_tiles, num_sms, comm_sms):
+            return FusedConfig(block_n=256, num_stages=3, comm_sms=comm_sms, consumer_warps=2, comm_rows=16)
         return FusedConfig(block_n=256, num_stages=3, comm_sms=comm_sms)
     return FusedConfig(block_n=128, num_stages=4, comm_sms=comm_sms)
 

@@ -87,8 +87,10 @@ class Problem:
             self.rows, self.cols, self.depth = M, N // world, K
         # Divide by the *global* GEMM size per rank: what each rank's GEMM computes.
         self.flops = 2 * self.rows * self.cols * self.depth
+        # The ctx.ops method that computes this op.
+        self.ops_name = "matmul_all_gather" if op == "gemm_all_scatter" else op
         self.config = default_config(
-            iris.BACKEND, self.rows, self.cols, self.depth, world, ctx.get_cu_count()
+            iris.BACKEND, self.rows, self.cols, self.depth, world, ctx.get_cu_count(), self.ops_name
         )
         if args.comm_sms:
             self.config = self.config.replace(comm_sms=args.comm_sms)
@@ -154,7 +156,7 @@ class Problem:
             self.depth,
             ctx.get_num_ranks(),
             ctx.get_cu_count(),
-            "matmul_all_gather" if self.op == "gemm_all_scatter" else self.op,
+            self.ops_name,
         )
 
 

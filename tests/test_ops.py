@@ -218,9 +218,13 @@ def test_auto_fuses_only_large_multi_rank_problems():
 def test_consumers_share_the_sms_only_where_that_saves_a_gemm_wave():
     from iris.ops import default_config
 
-    assert default_config("cuda", 4096, 2048, 8192, 4, 132).consumer_warps == 2  # 256 tiles: 2 waves, not 3
-    assert default_config("cuda", 4096, 3584, 4096, 4, 132).consumer_warps == 0  # 448 tiles
-    assert default_config("cuda", 16384, 2048, 8192, 4, 132).consumer_warps == 0  # 1024 tiles
+    op = "matmul_all_gather"
+    assert (
+        default_config("cuda", 4096, 2048, 8192, 4, 132, op).consumer_warps == 2
+    )  # 256 tiles: 2 waves, not 3
+    assert default_config("cuda", 4096, 3584, 4096, 4, 132, op).consumer_warps == 0  # 448 tiles
+    assert default_config("cuda", 16384, 2048, 8192, 4, 132, op).consumer_warps == 0  # 1024 tiles
+    assert default_config("cuda", 1024, 8192, 2048, 4, 132, "matmul_reduce_scatter").comm_rows == 32
 
 
 def test_a_consumer_gets_the_registers_the_gemm_leaves_on_its_sm():

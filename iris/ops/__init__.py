@@ -311,7 +311,7 @@ class Ops:
     def _config_and_variant(self, config, rows, cols, k, op=None):
         ctx = self._ctx
         backend, world, num_sms = _iris_config.BACKEND, ctx.get_num_ranks(), ctx.get_cu_count()
-        cfg = config if config is not None else default_config(backend, rows, cols, k, world, num_sms)
+        cfg = config if config is not None else default_config(backend, rows, cols, k, world, num_sms, op)
         return cfg, choose_variant(cfg, backend, rows, cols, k, world, num_sms, op)
 
     def _buffer(self, name, shape, dtype):

@@ -146,13 +146,16 @@ def sharing_saves_a_wave(tiles: int, num_sms: int, comm_sms: int) -> bool:
     return waves <= 2 and waves < -(-tiles // (num_sms - comm_sms))
 
 
-def default_config(backend: str, rows: int, cols: int, k: int, world_size: int, num_sms: int) -> FusedConfig:
+def default_config(
+    backend: str, rows: int, cols: int, k: int, world_size: int, num_sms: int, op: str | None = None
+) -> FusedConfig:
     """Defaults for a ``rows x cols`` per-rank output with reduction depth ``k``.
 
     Under emulation: tiny tiles (the interpreter runs each program in Python). On
     GPUs: 128 x 256 x 64 tiles when there are at least two waves of them, else
-    128 x 128 (fewer idle SMs in the last wave); consumers that share the SMs
-    (``consumer_warps=2``) where :func:`sharing_saves_a_wave`.
+    128 x 128 (fewer idle SMs in the last wave). For ``op="matmul_all_gather"``,
+    consumers that share the SMs (``consumer_warps=2``, ``comm_rows=16``) where
+    :func:`sharing_saves_a_wave` (measured: 16-row steps slow the other ops' kernels).
 
     Example:
         >>> default_config("cuda", 8192, 2048, 8192, 4, 132).block_n
@@ -165,7 +168,7 @@ def default_config(backend: str, rows: int, cols: int, k: int, world_size: int, 
     comm_sms = 16 if world_size <= 2 else 24
     wide_tiles = -(-rows // 128) * -(-cols // 256)
     if wide_tiles >= 2 * (num_sms - comm_sms):
-        if sharing_saves_a_wave(wide_tiles, num_sms, comm_sms):
+        if op == "matmul_all_gather" and sharing_saves_a_wave(wide_tiles, num_sms, comm_sms):
             return FusedConfig(block_n=256, num_stages=3, comm_sms=comm_sms, consumer_warps=2, comm_rows=16)
         return FusedConfig(block_n=256, num_stages=3, comm_sms=comm_sms)
     return FusedConfig(block_n=128, num_stages=4, comm_sms=comm_sms)

@@ -31,7 +31,7 @@ from triton.compiler import ASTSource
 
 import iris
 from iris.device.dma_trace import dma_record_kernel, dma_start_kernel
-from iris.ops import copy_kernels
+from iris.ops import SHARING_BACKOFF_NS, copy_kernels
 from iris.ops.all_scatter import BOTH, CONSUMER, PRODUCER, workgroup_specialized_kernel
 from iris.ops.config import SM_REGISTERS, consumer_registers
 
@@ -79,7 +79,7 @@ TILES = {
     "GROUP_M": 8,
     "EVEN_K": True,
     "COMM_ROWS": 32,
-    "POLITE": False,
+    "BACKOFF_NS": 0,
 }
 
 
@@ -91,7 +91,12 @@ def registers(role, num_warps: int, num_stages: int, maxnreg=None) -> int:
     """
     signature = fused_signature("*u64")
     unit = ("stride_ak", "stride_bn", "stride_cn")
-    constexprs = {**TILES, "ROLE": role, "POLITE": role == CONSUMER, **{name: 1 for name in unit}}
+    constexprs = {
+        **TILES,
+        "ROLE": role,
+        "BACKOFF_NS": SHARING_BACKOFF_NS if role == CONSUMER else 0,
+        **{name: 1 for name in unit},
+    }
     signature = {**signature, **{name: "constexpr" for name in constexprs}}
     signature = {name: signature[name] for name in workgroup_specialized_kernel.arg_names}
     rank_args = ("cur_rank", "world_size", "GEMM_PROGRAMS")

@@ -526,10 +526,12 @@ def _satisfied(seen, cmp: tl.constexpr, value):
 
 
 @triton.jit
-def _spin(pointer, cmp: tl.constexpr, value, scope: tl.constexpr):
+def _spin(pointer, cmp: tl.constexpr, value, scope: tl.constexpr, BACKOFF_NS: tl.constexpr):
     # No timeout: exactly the loop Iris always had.
     seen = hw.load_acquire(pointer, scope)
     while not _satisfied(seen, cmp, value):
+        if BACKOFF_NS > 0:
+            hw.sleep_ns(BACKOFF_NS)
         seen = hw.load_acquire(pointer, scope)
     return seen
 
@@ -540,7 +542,14 @@ MAX_THREADS: tl.constexpr = tl.constexpr(1024)
 
 @triton.jit
 def _spin_watched(
-    pointer, cmp: tl.constexpr, value, scope: tl.constexpr, timeout, heap_bases, op: tl.constexpr
+    pointer,
+    cmp: tl.constexpr,
+    value,
+    scope: tl.constexpr,
+    timeout,
+    heap_bases,
+    op: tl.constexpr,
+    BACKOFF_NS: tl.constexpr,
 ):
     # The clock is read once every CHECK_EVERY spins, so a wait satisfied at once costs
     # the same as without a timeout. The first read marks the wait as slow: only then
@@ -560,6 +569,8 @@ def _spin_watched(
                     flight.note_waiting(heap_bases, pointer, cmp, value, now, op)
             elif (timeout > 0) & (now - started > timeout):
                 flight.expire(heap_bases, pointer, cmp, value, seen, now - started, timeout, op)
+        if BACKOFF_NS > 0:
+            hw.sleep_ns(BACKOFF_NS)
         seen = hw.load_acquire(pointer, scope)
     return seen, started
 
@@ -574,6 +585,7 @@ def wait_until(
     pid_m=-1,
     pid_n=-1,
     op: tl.constexpr = tl.constexpr("iris.wait_until"),
+    backoff_ns: tl.constexpr = tl.constexpr(0),
 ):
     """Spin until the local flag at ``pointer`` satisfies ``flag <cmp> value``; returns the flag.
 
@@ -587,6 +599,8 @@ def wait_until(
     and the host raises an error naming rank, SM, program, ``op``, flag, expected
     and last seen value. Without ``heap_bases`` only the timeout fixed at import applies.
     ``op`` names the API that waits, for reports (e.g. ``"iris.ccl.all_reduce"``).
+    ``backoff_ns`` > 0 sleeps that long between polls, so that other warps on the SM
+    (a GEMM sharing it) keep issuing; the wait then ends up to that much later.
 
     Example:
         >>> iris.wait_until(flag, "ge", round + 1, heap_bases=heap_bases)
@@ -595,12 +609,14 @@ def wait_until(
     if heap_bases is not None:
         start = tracing.begin(heap_bases)
         seen, slow_since = _spin_watched(
-            pointer, cmp, value, scope, flight.timeout_ns(heap_bases), heap_bases, op
+            pointer, cmp, value, scope, flight.timeout_ns(heap_bases), heap_bases, op, backoff_ns
         )
     elif hw.HAS_STATIC_TIMEOUT:
-        seen, slow_since = _spin_watched(pointer, cmp, value, scope, hw.static_timeout_ns(), None, op)
+        seen, slow_since = _spin_watched(
+            pointer, cmp, value, scope, hw.static_timeout_ns(), None, op, backoff_ns
+        )
     else:
-        seen = _spin(pointer, cmp, value, scope)
+        seen = _spin(pointer, cmp, value, scope, backoff_ns)
     tl.debug_barrier()
     if heap_bases is not None:
         tracing.end(

@@ -36,7 +36,6 @@ the host bumps before each call): a rank that runs ahead never overwrites an
 import triton
 import triton.language as tl
 
-from ..device import intrinsics as hw
 from ..device import rma
 from .gemm import tile_coords, tile_offsets, traced_tile_gemm
 
@@ -260,15 +259,14 @@ def push_claimed_tiles(
     BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr,
     COMM_ROWS: tl.constexpr,
-    POLITE: tl.constexpr = False,
+    BACKOFF_NS: tl.constexpr = 0,
 ):
     """Take tiles from the ticket counter, in the GEMM's finishing order, and push those this program claims.
 
     Tile ``t`` is computed by GEMM program ``t % gemm_programs``. This program waits
     for it only when that program is lower-numbered; otherwise it tries to claim the
     tile and passes it over if unfinished (a dedicated pusher sweeps it up later).
-    ``POLITE`` waits poll every half microsecond, sleeping in between, so that GEMM
-    warps on the same SM keep issuing.
+    ``BACKOFF_NS`` is the sleep between polls of a tile's flag (see ``iris.wait_until``).
 
     Example:
         >>> push_claimed_tiles(block, flags, tickets, 2 * epoch - 1, pid, gemm_programs, M, N, ...)
@@ -281,11 +279,15 @@ def push_claimed_tiles(
     while tile_id < total:
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         if (pid >= gemm_programs) | (tile_id % tl.maximum(gemm_programs, 1) < pid):
-            if POLITE:
-                while tl.load(flags + tile_id, volatile=True) < computed:
-                    hw.sleep_ns(500)
             rma.wait_until(
-                flags + tile_id, "ge", computed, scope="gpu", heap_bases=heap_bases, pid_m=pid_m, pid_n=pid_n
+                flags + tile_id,
+                "ge",
+                computed,
+                scope="gpu",
+                heap_bases=heap_bases,
+                pid_m=pid_m,
+                pid_n=pid_n,
+                backoff_ns=BACKOFF_NS,
             )
         if claim_tile(flags, tile_id, computed):
             push_tile(
@@ -459,7 +461,7 @@ def workgroup_specialized_kernel(
     EVEN_K: tl.constexpr,
     COMM_ROWS: tl.constexpr,
     ROLE: tl.constexpr,
-    POLITE: tl.constexpr = False,
+    BACKOFF_NS: tl.constexpr = 0,
 ):
     """GEMM programs store tiles locally and raise per-tile flags; communication programs push them.
 
@@ -468,8 +470,8 @@ def workgroup_specialized_kernel(
     for them: a program may only wait for lower-numbered ones, see docs/memory_model.md).
     ``ROLE=PRODUCER`` / ``ROLE=CONSUMER``: every program of the launch has that role
     (the producer-consumer style, two launches on two streams); both get the
-    producer's grid size as ``GEMM_PROGRAMS``. ``POLITE`` consumers, which share SMs
-    with GEMM programs, sleep between polls of a tile's flag.
+    producer's grid size as ``GEMM_PROGRAMS``. Consumers that share SMs with GEMM
+    programs sleep ``BACKOFF_NS`` between polls of a tile's flag.
     ``tickets`` is three int32 words, zero between launches: the next tile to push,
     the programs finished (the last one out resets both) and the producer programs
     started (each adds one on entry; the consumer's last program out takes them
@@ -542,7 +544,7 @@ def workgroup_specialized_kernel(
             BLOCK_N,
             GROUP_M,
             COMM_ROWS,
-            POLITE,
+            BACKOFF_NS,
         )
         if pid >= gemm_programs:
             comm_programs = tl.num_programs(0) - gemm_programs

@@ -14,8 +14,9 @@ unfused ctx.ops would pick (iris.ops.config.choose_variant), with its measured t
 gemm_all_scatter, matmul_reduce_scatter and all_gather_matmul also time the copy-engine
 variant (cuBLAS on every SM, DMA puts pipelined behind it).
 Every rank runs the same fixed iteration count (benchmarks/common.py: warm-up, barrier,
-CUDA events, max over ranks). Each fused and unfused result is checked against the
-baseline's.
+CUDA events, max over ranks), in `--trials` trials (default 3) that go round every way
+in turn; each result is the median trial. Each fused and unfused result is checked,
+on a poisoned output, against the baseline's before the timing.
 
     python -m iris.run -n 4 benchmarks/fused_ops.py --out benchmarks/results/fused_ops_h200x4.json
     ... --full                     the whole grid: M in 1024..16384, N and K in {4096, 8192, 14336}
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import statistics
 import time
 
 import torch
@@ -138,8 +140,8 @@ class Problem:
             EVEN_K=K % cfg.block_k == 0, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
 
-    def iris(self, variant):
-        cfg = self.config.replace(variant=variant)
+    def iris(self, variant, config):
+        cfg = config.replace(variant=variant)
         ops = self.ctx.ops
         if self.op == "gemm_all_scatter":
             ops.matmul_all_gather(self.out, self.a, self.b, dim=1, config=cfg)
@@ -165,42 +167,42 @@ def relative_error(got, expected):
 
 
 def measure(ctx, problem, args):
-    ms = {}
+    """(median ms, relative error, ms of every trial) per way of running ``problem``.
 
-    def timed(name, fn):
-        ms[name] = time_loop(ctx, fn, args.iters, args.warmup) * 1e3
-
-    timed("baseline", problem.baseline)
+    Every iris variant is checked once, on a poisoned output, before any timing.
+    Trials then go round every way in turn, so a drift of clocks over the run
+    moves the baseline and the fused kernels alike.
+    """
+    runs = {"baseline": problem.baseline, "cublas": problem.cublas, "triton_gemm": problem.triton_gemm}
+    problem.baseline()
     expected = problem.baseline_result().clone()
-    timed("cublas", problem.cublas)
-    timed("triton_gemm", problem.triton_gemm)
-    errors = {}
     variants = ["fused", "unfused"]
     if problem.op in COPY_ENGINE_OPS:
         variants.append("copy_engine")
     if problem.op == "gemm_all_scatter" and not args.no_styles:
         variants += list(STYLES)
-    for variant in variants:
-        problem.out.fill_(float("nan"))
-        ctx.barrier()
-        timed(variant, lambda v=variant: problem.iris(v))
-        ctx.barrier()
-        errors[variant] = relative_error(problem.out, expected)
-    default = problem.config
+    checked = {variant: (variant, problem.config) for variant in variants}
     for fields in args.sweep:
         fields = dict(fields)
         variant = fields.pop("variant", "fused")
         if variant == "copy_engine" and problem.op not in COPY_ENGINE_OPS:
             continue
         label = f"{variant}[" + ",".join(f"{k}={v}" for k, v in fields.items()) + "]"
-        problem.config = default.replace(**fields)
+        checked[label] = (variant, problem.config.replace(**fields))
+    errors = {}
+    for label, (variant, config) in checked.items():
+        runs[label] = lambda v=variant, c=config: problem.iris(v, c)
         problem.out.fill_(float("nan"))
         ctx.barrier()
-        timed(label, lambda v=variant: problem.iris(v))
+        runs[label]()
         ctx.barrier()
         errors[label] = relative_error(problem.out, expected)
-    problem.config = default
-    return ms, errors
+    trials = {label: [] for label in runs}
+    for _ in range(args.trials):
+        for label, fn in runs.items():
+            trials[label].append(time_loop(ctx, fn, args.iters, args.warmup, align=True) * 1e3)
+    ms = {label: statistics.median(times) for label, times in trials.items()}
+    return ms, errors, trials
 
 
 def main():
@@ -210,6 +212,9 @@ def main():
     parser.add_argument("--full", action="store_true", help="M in 1024..16384 x N, K in {4096, 8192, 14336}")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument(
+        "--trials", type=int, default=3, help="timed runs of each way, interleaved; the median"
+    )
     parser.add_argument("--comm-sms", type=int, default=0, help="override the communication programs")
     parser.add_argument("--no-styles", action="store_true", help="skip the non-default all-scatter styles")
     parser.add_argument(
@@ -239,7 +244,7 @@ def main():
     for op in args.ops:
         for shape in shapes:
             problem = Problem(ctx, op, shape, arena, args)
-            ms, errors = measure(ctx, problem, args)
+            ms, errors, trials = measure(ctx, problem, args)
             auto = problem.auto_variant()
             row = {
                 "op": op,
@@ -248,6 +253,7 @@ def main():
                 "K": shape[2],
                 "per_rank_gemm": [problem.rows, problem.cols, problem.depth],
                 "ms": ms,
+                "trials_ms": trials,
                 "cublas_tflops": problem.flops / ms["cublas"] / 1e9,
                 "triton_gemm_tflops": problem.flops / ms["triton_gemm"] / 1e9,
                 "speedup": {
@@ -283,6 +289,7 @@ def main():
         "dtype": "bfloat16",
         "iters": args.iters,
         "warmup": args.warmup,
+        "trials": args.trials,
         "shapes": "custom" if args.shapes else ("full" if args.full else "default"),
         "results": rows,
         "goals": goals,

@@ -6,9 +6,9 @@ of ``iris.device.dma_trace`` and the workgroup-specialised GEMM + all-scatter
 accepts before a GPU run does. No GPU is needed.
 
 It then checks that a consumer can share SMs with the GEMM
-(``FusedConfig.consumer_warps``): the producer, compiled to a cubin with the
-specialisation a launch gives it, must leave room for consumers of 1, 2 and 4
-warps (``iris.ops.config.consumer_registers``).
+(``FusedConfig.consumer_warps``): the producer and consumers of 1, 2 and 4 warps,
+compiled to cubins with the specialisation a launch gives them, must split an
+SM's registers between them (``iris.ops.config.split_sm_registers``).
 
     IRIS_BACKEND=cuda python scripts/compile_ops_kernels.py
 """
@@ -33,7 +33,7 @@ import iris
 from iris.device.dma_trace import dma_record_kernel, dma_start_kernel
 from iris.ops import SHARING_BACKOFF_NS, copy_kernels
 from iris.ops.all_scatter import BOTH, CONSUMER, PRODUCER, workgroup_specialized_kernel
-from iris.ops.config import SM_REGISTERS, consumer_registers
+from iris.ops.config import SM_REGISTERS, default_config, split_sm_registers
 
 
 def kernels(bases: str):
@@ -71,6 +71,9 @@ def fused_signature(bases: str) -> dict:
     return signature
 
 
+#: The GPU defaults of the shape where consumers share SMs (4 x H200, 4096 x 8192 x 8192).
+SHARING = default_config("cuda", 4096, 2048, 8192, 4, 132, "matmul_all_gather")
+
 #: The GPU default tile of a large GEMM + all-scatter (iris.ops.config.default_config).
 TILES = {
     "BLOCK_M": 128,
@@ -83,11 +86,12 @@ TILES = {
 }
 
 
-def registers(role, num_warps: int, num_stages: int, maxnreg=None) -> int:
-    """Registers per thread of the all-scatter kernel in ``role``, specialised as a GPU launch is.
+def resources(role, num_warps: int, num_stages: int, maxnreg=None) -> tuple:
+    """Registers per thread and stack bytes (spills) of the all-scatter kernel in ``role``.
 
-    A launch sees 16-divisible pointers and sizes and unit inner strides; register
-    counts depend on that, so they are compiled in here rather than left generic.
+    Specialised as a GPU launch is: a launch sees 16-divisible pointers and sizes
+    and unit inner strides; register counts depend on that, so they are compiled in
+    here rather than left generic.
     """
     signature = fused_signature("*u64")
     unit = ("stride_ak", "stride_bn", "stride_cn")
@@ -95,6 +99,7 @@ def registers(role, num_warps: int, num_stages: int, maxnreg=None) -> int:
         **TILES,
         "ROLE": role,
         "BACKOFF_NS": SHARING_BACKOFF_NS if role == CONSUMER else 0,
+        "COMM_ROWS": SHARING.comm_rows if role == CONSUMER else TILES["COMM_ROWS"],
         **{name: 1 for name in unit},
     }
     signature = {**signature, **{name: "constexpr" for name in constexprs}}
@@ -118,19 +123,27 @@ def registers(role, num_warps: int, num_stages: int, maxnreg=None) -> int:
         usage = subprocess.run(
             [cuobjdump, "--dump-resource-usage", cubin.name], capture_output=True, text=True
         )
-    return int(re.search(r"REG:(\d+)", usage.stdout).group(1))
+    return tuple(int(re.search(rf"{key}:(\d+)", usage.stdout).group(1)) for key in ("REG", "STACK"))
 
 
 def check_consumer_budget() -> bool:
-    """Print the producer's and each capped consumer's registers; True if every consumer fits beside it."""
-    producer = registers(PRODUCER, num_warps=8, num_stages=3)
-    print(f"producer: {producer} registers per thread x 256 threads of {SM_REGISTERS}")
+    """Print how the producer and each consumer split an SM's registers; True if every pair fits."""
     fits = True
     for warps in (1, 2, 4):
-        cap = consumer_registers(producer, 8, warps)
-        fits &= cap > 0
-        used = registers(CONSUMER, num_warps=warps, num_stages=1, maxnreg=cap or None)
-        print(f"consumer[warps={warps}]: {used} registers (cap {cap})")
+
+        def producer(cap):
+            return resources(PRODUCER, num_warps=8, num_stages=3, maxnreg=cap)
+
+        def consumer(cap, warps=warps):
+            return resources(CONSUMER, num_warps=warps, num_stages=1, maxnreg=cap)
+
+        producer_cap, consumer_cap = split_sm_registers(producer, consumer, 8, warps)
+        (gemm, gemm_stack), (comm, comm_stack) = producer(producer_cap), consumer(consumer_cap)
+        fits &= gemm * 8 * 32 + comm * warps * 32 <= SM_REGISTERS
+        print(
+            f"consumer[warps={warps}]: producer {gemm} registers (cap {producer_cap}), {gemm_stack} B stack; "
+            f"consumer {comm} registers (cap {consumer_cap}), {comm_stack} B stack"
+        )
     return fits
 
 
@@ -142,4 +155,4 @@ if __name__ == "__main__":
             ptx = compile_ptx(kernel, signature, constexprs)
             print(f"{name}[{label}] {len(ptx.splitlines())} lines", flush=True)
     if not check_consumer_budget():
-        sys.exit("the GEMM kernel leaves too few registers for a consumer beside it (consumer_registers)")
+        sys.exit("a consumer and the GEMM kernel do not fit on one SM (split_sm_registers)")

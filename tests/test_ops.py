@@ -13,7 +13,7 @@ from offline import run_cuda_script
 
 import iris
 from iris.ops import FusedConfig, choose_variant
-from iris.ops.config import consumer_registers
+from iris.ops.config import registers_beside
 
 M, N, K = 40, 48, 40
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -169,16 +169,16 @@ def _traced_body(rank, world_size):
         events = ctx.tracing.events()
         ctx.tracing.disable()
         gemm_scopes = int((events["event_id"] == 64 + 8).sum())
-        stores = int((events["event_id"] == 2).sum())
-        return gemm_scopes, stores, ctx.tracing.dropped()
+        stored = int(events["payload_bytes"][events["event_id"] == 2].sum())
+        return gemm_scopes, stored, ctx.tracing.dropped()
 
 
 def test_traced_workgroup_specialized_records_tiles_and_pushes(multi_world):
     tiles = 2 * 2  # 40 x 48 in 32 x 32 tiles
-    for gemm_scopes, stores, dropped in multi_world.run(_traced_body):
+    for gemm_scopes, stored, dropped in multi_world.run(_traced_body):
         assert gemm_scopes == tiles and dropped == 0
-        # every tile goes to every peer, 16 rows at a time (two row chunks per 32-row tile)
-        assert stores == tiles * 2 * (multi_world.world_size - 1)
+        # every element of the 40 x 48 bf16 block goes to every peer once
+        assert stored == M * N * 2 * (multi_world.world_size - 1)
 
 
 def _errors_body(rank, world_size):
@@ -228,9 +228,10 @@ def test_consumers_share_the_sms_only_where_that_saves_a_gemm_wave():
 
 
 def test_a_consumer_gets_the_registers_the_gemm_leaves_on_its_sm():
-    assert consumer_registers(224, 8, 4) == 64  # 57344 + 128 x 64 = 65536
-    assert consumer_registers(224, 8, 1) == 248  # 255 at most, in steps of 8
-    assert consumer_registers(250, 8, 4) == 0  # 12 per thread left: too few
+    assert registers_beside(224, 8, 4) == 64  # 57344 + 128 x 64 = 65536
+    assert registers_beside(224, 8, 1) == 248  # 255 at most, in steps of 8
+    assert registers_beside(250, 8, 4) == 0  # 12 per thread left: too few
+    assert registers_beside(168, 2, 8) == 208  # the GEMM beside a consumer: 214 left, in steps of 8
 
 
 def test_auto_all_gather_matmul_fuses_from_eight_tiles_per_sm():
@@ -306,6 +307,81 @@ def test_gpu_default_configs_match_torch(multi_world, dtype):
         assert max(errors.values()) < 1e-2, errors
 
 
+def _graph_body(rank, world_size):
+    # Fused variants captured once and replayed on fresh inputs: the side stream, its
+    # stream wait on the producers' start count and the copy lanes all replay.
+    dtype, (m, n, k) = torch.bfloat16, (1000, 1500, 700)
+    rows = (m // world_size) * world_size
+    with iris.iris(1 << 30) as ctx:
+        a, b = ctx.empty(m, k, dtype=dtype), ctx.empty(k, n, dtype=dtype)
+        outs = {
+            "matmul_all_gather": ctx.empty(m, world_size * n, dtype=dtype),
+            "matmul_all_reduce": ctx.empty(m, n, dtype=dtype),
+            "matmul_reduce_scatter": ctx.empty(m // world_size, n, dtype=dtype),
+        }
+
+        def config(variant, **changes):
+            return _default(ctx, m, n, k, variant).replace(**changes)
+
+        def call(op, cfg):
+            if op == "matmul_all_gather":
+                ctx.ops.matmul_all_gather(outs[op], a, b, dim=1, config=cfg)
+            elif op == "matmul_all_reduce":
+                ctx.ops.matmul_all_reduce(outs[op], a, b, config=cfg)
+            else:
+                ctx.ops.matmul_reduce_scatter(outs[op], a[:rows], b, config=cfg)
+
+        def expected(op):
+            local = a.float() @ b.float()
+            if op == "matmul_all_gather":
+                parts = torch.empty(world_size * m, n, device=a.device)
+                dist.all_gather_into_tensor(parts, local)
+                return torch.cat(parts.split(m), dim=1)
+            if op == "matmul_all_reduce":
+                dist.all_reduce(local)
+                return local
+            scattered = torch.empty(rows // world_size, n, device=a.device)
+            dist.reduce_scatter_tensor(scattered, local[:rows].contiguous())
+            return scattered
+
+        cases = [
+            ("matmul_all_gather", config("producer_consumer", consumer_warps=2)),
+            ("matmul_all_gather", config("producer_consumer")),
+            ("matmul_all_gather", config("fused")),
+            ("matmul_all_gather", config("copy_engine")),
+            ("matmul_all_reduce", config("fused")),
+            ("matmul_reduce_scatter", config("copy_engine")),
+        ]
+        errors = {}
+        for op, cfg in cases:
+            a.normal_(), b.normal_()
+            call(op, cfg)  # compile, check arguments and allocate workspaces before capture
+            torch.cuda.synchronize()
+            ctx.barrier()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                call(op, cfg)
+            for replay in range(3):
+                generator = torch.Generator(device=a.device).manual_seed(100 * replay + rank)
+                a.copy_(torch.randn(m, k, generator=generator, device=a.device))
+                b.copy_(torch.randn(k, n, generator=generator, device=a.device))
+                outs[op].fill_(float("nan"))
+                ctx.barrier()
+                graph.replay()
+                torch.cuda.synchronize()
+                ctx.barrier()
+                label = f"{op}/{cfg.variant}/consumer_warps={cfg.consumer_warps}/replay {replay}"
+                errors[label] = _relative_error(outs[op], expected(op).cpu())
+            ctx.barrier()
+        return errors
+
+
+@pytest.mark.skipif(iris.BACKEND != "cuda", reason="CUDA graphs need a GPU")
+def test_gpu_fused_ops_replay_under_cuda_graphs(multi_world):
+    for errors in multi_world.run(_graph_body):
+        assert max(errors.values()) < 1e-2, errors
+
+
 def _replay_body(rank, world_size):
     # The same tensors refilled in place: the second call replays the first call's
     # recorded plan (prepared launches), including the copy of a non-contiguous A.
@@ -341,5 +417,5 @@ def test_repeated_calls_replay_their_plan_with_new_values(multi_world):
 
 def test_ops_kernels_compile_for_hopper():
     stdout = run_cuda_script("compile_ops_kernels.py")
-    # 8 kernels (wait_landed twice), untraced and traced, then the producer and 3 consumers
-    assert len(stdout.splitlines()) == 20, stdout
+    # 8 kernels (wait_landed twice), untraced and traced, then the register split beside 3 consumers
+    assert len(stdout.splitlines()) == 19, stdout

@@ -50,7 +50,7 @@ from .all_scatter import (
     fused_sequential_kernel,
     workgroup_specialized_kernel,
 )
-from .config import COPY_ENGINE, FusedConfig, choose_variant, consumer_registers, default_config
+from .config import COPY_ENGINE, FusedConfig, choose_variant, default_config, split_sm_registers
 from .copy_plans import (
     all_gather_matmul_plan,
     matmul_all_gather_plan,
@@ -347,25 +347,21 @@ class Ops:
         # Sharing SMs, every SM computes and one small consumer sits beside each GEMM program.
         comm_programs = num_sms if sharing else min(cfg.comm_sms, num_sms - 1)
         gemm_programs = num_sms if sharing else num_sms - comm_programs
-        producer = PreparedLaunch(
-            workgroup_specialized_kernel,
-            (gemm_programs,),
-            (*args, gemm_programs),
-            dict(ROLE=PRODUCER, **common),
-        )
 
-        def consumer_launch(**options):
-            return PreparedLaunch(
-                workgroup_specialized_kernel,
-                (comm_programs,),
-                (*args, gemm_programs),
-                dict(common, ROLE=CONSUMER, **options),
-            )
+        def launch(role, programs, **options):
+            options = dict(common, ROLE=role, **options)
+            return PreparedLaunch(workgroup_specialized_kernel, (programs,), (*args, gemm_programs), options)
 
+        if not sharing:
+            producer, consumer = launch(PRODUCER, gemm_programs), launch(CONSUMER, comm_programs)
+        elif _iris_config.BACKEND != "cuda":
+            producer = launch(PRODUCER, gemm_programs)
+            consumer = launch(CONSUMER, comm_programs, BACKOFF_NS=SHARING_BACKOFF_NS)
+        else:
+            producer, consumer = _sm_sharing_launches(cfg, launch, gemm_programs, comm_programs)
         if _iris_config.BACKEND != "cuda":
             # The interpreter runs launches one after another: producer first, then its consumer.
-            return [producer, consumer_launch(BACKOFF_NS=SHARING_BACKOFF_NS if sharing else 0)]
-        consumer = self._sm_sharing_consumer(producer, cfg, consumer_launch) if sharing else consumer_launch()
+            return [producer, consumer]
         if self._side_stream is None:
             self._side_stream = torch.cuda.Stream(device=self._ctx.get_device())
         side = self._side_stream
@@ -385,14 +381,28 @@ class Ops:
 
         return [run]
 
-    def _sm_sharing_consumer(self, producer, cfg, consumer_launch):
-        # The consumer gets the registers the compiled producer leaves on an SM; with
-        # too few left it runs uncapped, on the SMs that GEMM programs leave.
-        registers = producer.compile().n_regs
-        cap = consumer_registers(registers, cfg.num_warps, cfg.consumer_warps)
-        return consumer_launch(
-            num_warps=cfg.consumer_warps, num_stages=1, maxnreg=cap or None, BACKOFF_NS=SHARING_BACKOFF_NS
-        )
+
+def _sm_sharing_launches(cfg, launch, gemm_programs, comm_programs):
+    """The producer and consumer launches of SM-sharing producer-consumer (:func:`split_sm_registers`)."""
+    sharing = dict(num_warps=cfg.consumer_warps, num_stages=1, BACKOFF_NS=SHARING_BACKOFF_NS)
+
+    def producer(cap):
+        return launch(PRODUCER, gemm_programs, maxnreg=cap)
+
+    def consumer(cap):
+        return launch(CONSUMER, comm_programs, maxnreg=cap, **sharing)
+
+    def compiled(make):
+        def registers_and_spills(cap):
+            kernel = make(cap).compile()
+            return kernel.n_regs, kernel.n_spills
+
+        return registers_and_spills
+
+    producer_cap, consumer_cap = split_sm_registers(
+        compiled(producer), compiled(consumer), cfg.num_warps, cfg.consumer_warps
+    )
+    return producer(producer_cap), consumer(consumer_cap)
 
 
 #: Sleep between a sharing consumer's polls of a tile flag, so the GEMM warps on its SM

@@ -52,9 +52,10 @@ class FusedConfig:
         consumer_warps: the ``producer_consumer`` style's consumer. 0: it takes ``comm_sms``
             SMs of its own and the GEMM the rest. 1, 2 or 4: the GEMM takes every SM
             and, once all its programs have started, one consumer program of this
-            many warps runs beside each, its registers capped (:func:`consumer_registers`)
-            so both fit on one SM (if the GEMM leaves too few, the consumers run
-            uncapped on SMs the GEMM has left).
+            many warps runs beside each, so both fit on one SM: the GEMM gives up
+            registers it can spare without spilling, else the consumer is capped
+            (:func:`registers_beside`; with too few left it runs uncapped, on SMs the
+            GEMM has left).
         copy_chunks: row chunks of the copy-engine ``matmul_all_gather`` (0: one per
             1024 rows, 2 to 8): chunk ``c`` travels while chunk ``c + 1`` is computed.
         variant: ``"auto"`` (by :func:`choose_variant`), ``"fused"`` (for ``matmul_all_gather``
@@ -108,24 +109,52 @@ class FusedConfig:
 
 #: Registers of one SM (sm_80 to sm_90).
 SM_REGISTERS = 65536
-#: Fewer registers per thread than this and a consumer would mostly spill.
-MIN_CONSUMER_REGISTERS = 32
+#: Fewer registers per thread than this and a program would mostly spill.
+MIN_SHARING_REGISTERS = 32
 
 
-def consumer_registers(producer_registers: int, producer_warps: int, consumer_warps: int) -> int:
-    """The register cap per thread (``maxnreg``) of a consumer sharing SMs with a GEMM program.
+def registers_beside(registers: int, warps: int, other_warps: int) -> int:
+    """The register cap per thread (``maxnreg``) of a program sharing an SM with another.
 
-    The GEMM program takes ``producer_registers`` per thread (what ptxas gave its
-    kernel); the consumer gets what is left of the SM's registers, in steps of 8.
-    0 when less than :data:`MIN_CONSUMER_REGISTERS` per thread would be left.
+    The other program has ``warps`` warps of ``registers`` per thread (what ptxas gave
+    its kernel); one of ``other_warps`` warps gets what is left of the SM's registers,
+    in steps of 8, at most 248. 0 when less than :data:`MIN_SHARING_REGISTERS` per
+    thread would be left. Both ways round: a consumer beside a compiled GEMM program,
+    or a GEMM program beside a compiled consumer.
 
     Example:
-        >>> consumer_registers(224, 8, 4)  # the 128 x 256 x 64 GEMM on sm_90
+        >>> registers_beside(224, 8, 4)  # a 4-warp consumer beside the 128 x 256 x 64 GEMM on sm_90
         64
+        >>> registers_beside(168, 2, 8)  # the GEMM beside a 2-warp consumer of 168 registers
+        208
     """
-    left = SM_REGISTERS - producer_registers * producer_warps * 32
-    cap = min(248, left // (consumer_warps * 32) // 8 * 8)
-    return cap if cap >= MIN_CONSUMER_REGISTERS else 0
+    left = SM_REGISTERS - registers * warps * 32
+    cap = min(248, left // (other_warps * 32) // 8 * 8)
+    return cap if cap >= MIN_SHARING_REGISTERS else 0
+
+
+def split_sm_registers(producer, consumer, producer_warps: int, consumer_warps: int) -> tuple:
+    """``maxnreg`` of a GEMM program and of the consumer beside it, so that both fit on one SM.
+
+    ``producer`` and ``consumer`` compile their kernel with a register cap (``None``:
+    uncapped) and return ``(registers, spilled)``, as ptxas reports them. The GEMM
+    gives up registers it can spare (capped, it spills no more than uncapped), so the
+    consumer keeps its own; otherwise the consumer gets what the GEMM leaves
+    (:func:`registers_beside`), or ``None`` with too few left: it then runs
+    uncapped, on SMs the GEMM has left.
+
+    Example:
+        >>> split_sm_registers(lambda cap: (cap or 220, 0), lambda cap: (168, 2), 8, 2)
+        (208, None)
+    """
+    wanted, _ = consumer(None)
+    used, spilled = producer(None)
+    room = registers_beside(wanted, consumer_warps, producer_warps)
+    if used <= room:
+        return None, None
+    if room and producer(room)[1] <= spilled:
+        return room, None
+    return None, registers_beside(used, producer_warps, consumer_warps) or None
 
 
 def sharing_saves_a_wave(tiles: int, num_sms: int, comm_sms: int) -> bool:

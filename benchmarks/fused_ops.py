@@ -14,8 +14,8 @@ unfused ctx.ops would pick (iris.ops.config.choose_variant), with its measured t
 gemm_all_scatter, matmul_reduce_scatter and all_gather_matmul also time the copy-engine
 variant (cuBLAS on every SM, DMA puts pipelined behind it).
 Every rank runs the same fixed iteration count (benchmarks/common.py: warm-up, barrier,
-CUDA events, max over ranks), in `--trials` trials (default 3) that go round every way
-in turn; each result is the median trial. Each fused and unfused result is checked,
+CUDA events, max over ranks), in `--trials` trials (default 5) that go round every way
+in a new (seeded) order each; each result is the median trial. Each fused and unfused result is checked,
 on a poisoned output, against the baseline's before the timing.
 
     python -m iris.run -n 4 benchmarks/fused_ops.py --out benchmarks/results/fused_ops_h200x4.json
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import random
 import statistics
 import time
 
@@ -170,8 +171,8 @@ def measure(ctx, problem, args):
     """(median ms, relative error, ms of every trial) per way of running ``problem``.
 
     Every iris variant is checked once, on a poisoned output, before any timing.
-    Trials then go round every way in turn, so a drift of clocks over the run
-    moves the baseline and the fused kernels alike.
+    Trials then go round every way, in a new order each, so neither a drift of
+    clocks over the run nor the way timed just before favours any one way.
     """
     runs = {"baseline": problem.baseline, "cublas": problem.cublas, "triton_gemm": problem.triton_gemm}
     problem.baseline()
@@ -198,9 +199,14 @@ def measure(ctx, problem, args):
         ctx.barrier()
         errors[label] = relative_error(problem.out, expected)
     trials = {label: [] for label in runs}
-    for _ in range(args.trials):
-        for label, fn in runs.items():
-            trials[label].append(time_loop(ctx, fn, args.iters, args.warmup, align=True) * 1e3)
+    for trial in range(args.trials):
+        # A shuffled order (the same on every rank): a way timed right after a hot GEMM
+        # runs at lower clocks (4 x H200: 0.279-0.324 ms after the Triton GEMM, a steady
+        # 0.280 after the copy-engine variant, for the same kernel).
+        order = list(runs)
+        random.Random(trial).shuffle(order)
+        for label in order:
+            trials[label].append(time_loop(ctx, runs[label], args.iters, args.warmup, align=True) * 1e3)
     ms = {label: statistics.median(times) for label, times in trials.items()}
     return ms, errors, trials
 
@@ -213,7 +219,7 @@ def main():
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument(
-        "--trials", type=int, default=3, help="timed runs of each way, interleaved; the median"
+        "--trials", type=int, default=5, help="timed runs of each way, shuffled together; the median"
     )
     parser.add_argument("--comm-sms", type=int, default=0, help="override the communication programs")
     parser.add_argument("--no-styles", action="store_true", help="skip the non-default all-scatter styles")

@@ -13,7 +13,7 @@ from offline import run_cuda_script
 
 import iris
 from iris.ops import FusedConfig, choose_variant
-from iris.ops.config import registers_beside
+from iris.ops.config import registers_beside, split_sm_registers
 
 M, N, K = 40, 48, 40
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -232,6 +232,19 @@ def test_a_consumer_gets_the_registers_the_gemm_leaves_on_its_sm():
     assert registers_beside(224, 8, 1) == 248  # 255 at most, in steps of 8
     assert registers_beside(250, 8, 4) == 0  # 12 per thread left: too few
     assert registers_beside(168, 2, 8) == 208  # the GEMM beside a consumer: 214 left, in steps of 8
+
+
+def _compiles_to(registers, spills_when_capped=0):
+    # A stand-in compiler: (registers, spilled) for a cap, as ptxas would report them.
+    return lambda cap: (registers, 0) if cap is None else (min(registers, cap), spills_when_capped)
+
+
+def test_the_gemm_gives_up_registers_it_can_spare_for_its_consumer():
+    assert split_sm_registers(_compiles_to(200), _compiles_to(168), 8, 2) == (None, None)  # both fit
+    assert split_sm_registers(_compiles_to(220), _compiles_to(168), 8, 2) == (208, None)
+    # capped, the GEMM would spill: the consumer takes what it leaves (65536 - 220 x 256 = 9216)
+    assert split_sm_registers(_compiles_to(220, 4), _compiles_to(168), 8, 2) == (None, 144)
+    assert split_sm_registers(_compiles_to(252, 4), _compiles_to(168), 8, 4) == (None, None)  # too few left
 
 
 def test_auto_all_gather_matmul_fuses_from_eight_tiles_per_sm():

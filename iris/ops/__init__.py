@@ -352,13 +352,11 @@ class Ops:
             options = dict(common, ROLE=role, **options)
             return PreparedLaunch(workgroup_specialized_kernel, (programs,), (*args, gemm_programs), options)
 
-        if not sharing:
-            producer, consumer = launch(PRODUCER, gemm_programs), launch(CONSUMER, comm_programs)
-        elif _iris_config.BACKEND != "cuda":
-            producer = launch(PRODUCER, gemm_programs)
-            consumer = launch(CONSUMER, comm_programs, BACKOFF_NS=SHARING_BACKOFF_NS)
-        else:
+        if sharing and _iris_config.BACKEND == "cuda":
             producer, consumer = _sm_sharing_launches(cfg, launch, gemm_programs, comm_programs)
+        else:  # under emulation a sharing consumer differs only in its sleeps (no-ops there)
+            producer = launch(PRODUCER, gemm_programs)
+            consumer = launch(CONSUMER, comm_programs, BACKOFF_NS=SHARING_BACKOFF_NS if sharing else 0)
         if _iris_config.BACKEND != "cuda":
             # The interpreter runs launches one after another: producer first, then its consumer.
             return [producer, consumer]

@@ -54,8 +54,8 @@ class FusedConfig:
             and, once all its programs have started, one consumer program of this
             many warps runs beside each, so both fit on one SM: the GEMM gives up
             registers it can spare without spilling, else the consumer is capped
-            (:func:`registers_beside`; with too few left it runs uncapped, on SMs the
-            GEMM has left).
+            (:func:`split_sm_registers`; with too few left it runs uncapped, on SMs
+            the GEMM has left).
         copy_chunks: row chunks of the copy-engine ``matmul_all_gather`` (0: one per
             1024 rows, 2 to 8): chunk ``c`` travels while chunk ``c + 1`` is computed.
         variant: ``"auto"`` (by :func:`choose_variant`), ``"fused"`` (for ``matmul_all_gather``

@@ -179,7 +179,7 @@ def main():
     args = parser.parse_args()
 
     max_bytes = args.max_mib << 20
-    ctx = iris.iris(2 * max_bytes + (256 << 20))  # room for full-size low-latency slots
+    ctx = iris.iris(2 * max_bytes + (512 << 20))  # room for full-size low-latency and push slots
     world = ctx.get_num_ranks()
     dtype = torch.float32
     heap_in = ctx.empty(max_bytes // 4, dtype=dtype)

@@ -54,7 +54,7 @@ def kernels(dtype: str):
         yield f"{mode}_low_latency", low_latency.low_latency_kernel, ll, constexprs
     for mode in pushed.MODES:
         signature = {**flat, "slots": f"*{dtype}"}
-        yield f"{mode}_pushed", pushed.pushed_kernel, signature, {**reduce, "MODE": mode}
+        yield f"{mode}_pushed", pushed.pushed_kernel, signature, {**reduce, "MODE": mode, "ROUND": 4}
     yield "all_gather", all_gather.all_gather_kernel, flat, {"GROUP": 4, "BLOCK": 4096}
     a2a = {
         "out": f"*{dtype}",

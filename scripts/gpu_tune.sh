@@ -23,8 +23,8 @@ for part in ${PARTS-small large fused}; do  # PARTS="" runs the tests only
     fused) args="--ops gemm_all_scatter --shapes 4096,8192,8192;4096,14336,4096 --iters 50 --no-styles
                  --sweep comm_sms=4;comm_sms=8;comm_sms=16;comm_sms=32;block_n=128,comm_sms=16;block_n=128,comm_sms=24;block_n=128,comm_sms=29;block_n=128,comm_sms=36" ;;
     fused_helpers) args="--ops gemm_all_scatter --iters 50 --no-styles --sweep comm_sms=4;comm_sms=8;comm_sms=16;comm_sms=32" ;;
-    pushed) args="--min-kib 1024 --max-mib 256 --iters 30 --trials 3 --collectives all_reduce,reduce_scatter
-                 --configs protocol=pushed;protocol=pushed,num_warps=16;protocol=pushed,comm_sms=64" ;;
+    pushed) args="--min-kib 1024 --max-mib 256 --iters 30 --trials 3 --no-graphs --collectives all_reduce,reduce_scatter
+                 --configs protocol=pushed;protocol=pushed,num_warps=16;protocol=pushed,comm_sms=64;protocol=pushed,block_size=8192;protocol=direct" ;;
     fused_shared) args="--ops gemm_all_scatter --shapes 4096,8192,8192;4096,14336,4096;16384,8192,8192 --iters 50 --no-styles
                  --sweep variant=producer_consumer;variant=producer_consumer,consumer_warps=1;variant=producer_consumer,consumer_warps=2;variant=producer_consumer,consumer_warps=4;variant=producer_consumer,consumer_warps=2,comm_rows=16;variant=producer_consumer,consumer_warps=4,comm_rows=16" ;;
     fused_rows) args="--ops gemm_all_scatter --shapes 4096,8192,8192 --iters 50 --no-styles

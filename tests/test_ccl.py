@@ -312,15 +312,16 @@ def test_low_latency_calls_match_torch_off_the_heap(world, dtype_name):
 
 
 def _pushed_body(rank, world_size, dtype_name):
-    # Pushed calls over rounds of both slot halves: 4 columns of 64-element tiles on 3
-    # programs, so program 0 takes two rounds per call; sizes end in partial tiles, and
-    # alternating all_reduce and reduce_scatter calls share one round count per program.
+    # Pushed calls over rounds of four columns in both slot halves: 16 columns of
+    # 64-element tiles on 3 programs, so program 0 takes a full round and a partial one
+    # per call; sizes end in partial tiles, and alternating all_reduce and reduce_scatter
+    # calls share one round count per program.
     dtype = DTYPES[dtype_name]
     config = dataclasses.replace(SMALL, protocol="pushed")
-    n = 4 * 64 * world_size - 37
-    block = 4 * 64 - 5
+    n = 16 * 64 * world_size - 37
+    block = 16 * 64 - 5
     with iris.iris(1 << 24) as ctx:  # the slots take at most 1/16 of the heap
-        ok = {}
+        ok = {"rounds of four": ctx.ccl._runtime.push_round_tiles(64 * dtype.itemsize) == 4}
         for step in range(3):
             inp = _random(ctx, (world_size * block,), dtype, seed=100 * step + rank).clone()  # off the heap
             parts = _gather(inp)
@@ -348,13 +349,13 @@ def _auto_protocol_body(rank, world_size):
         tile = runtime._push_slot_bytes()
         assert tile > 0
 
-        def pick(nbytes):
-            return runtime.protocol([], state, Config(), nbytes, pushed_bytes=tile, call_bytes=nbytes)
+        def pick(nbytes, auto_pushes):
+            return runtime.protocol([], state, Config(), nbytes, pushed_bytes=tile, auto_pushes=auto_pushes)
 
-        return [pick(64 << 10), pick(4 << 20), pick(16 << 20), pick(64 << 20)]
+        return [pick(64 << 10, True), pick(4 << 20, True), pick(64 << 20, True), pick(64 << 20, False)]
 
 
-def test_auto_stages_then_pushes_up_to_16_mib_then_goes_direct(world):
+def test_auto_stages_then_pushes_where_the_collective_asks(world):
     for picks in world.run(_auto_protocol_body):
         assert picks == ["staged", "pushed", "pushed", "direct"]
 

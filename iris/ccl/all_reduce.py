@@ -269,7 +269,7 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
             )
         elif variant == "two_shot" and config.protocol in ("auto", "pushed"):
             protocol = runtime.protocol(
-                errors, state, config, None, pushed_bytes=tile_bytes(config, inp), call_bytes=nbytes(inp)
+                errors, state, config, None, pushed_bytes=tile_bytes(config, inp), auto_pushes=True
             )
         elif config.protocol not in ("auto", "direct"):
             runs = "two_shot" if config.protocol == "pushed" else "one_shot"

@@ -65,9 +65,10 @@ class Config:
             ``"direct"`` runs the kernels with ready and done handshakes on the
             tensors themselves. ``"auto"`` takes the first that applies:
             low-latency up to ``low_latency_max_bytes`` per member, staged up to the
-            staging capacity, pushed up to :data:`iris.ccl.runtime.PUSHED_AUTO_BYTES`,
-            then direct. All but direct need the whole-world group; forcing one that
-            cannot run raises :class:`~iris.ccl.CollectiveError`.
+            staging capacity, pushed (all_reduce at any size, reduce_scatter up to
+            :data:`iris.ccl.runtime.REDUCE_SCATTER_PUSHED_AUTO_BYTES`), then direct.
+            All but direct need the whole-world group; forcing one that cannot run
+            raises :class:`~iris.ccl.CollectiveError`.
         low_latency_max_bytes (int): the ``"auto"`` limit of the low-latency
             protocol, in payload bytes each member sends to one member; ``None``
             uses :data:`iris.ccl.runtime.LOW_LATENCY_AUTO_BYTES`.

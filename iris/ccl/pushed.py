@@ -12,13 +12,16 @@ remote *store* into a receive slot, and the handshakes go away:
 3. ``all_reduce`` only: stores the result into every member's output.
 
 Program ``p`` of every member handles the same columns ``c = p, p + programs, ...``
-in *rounds*; its round count only grows across calls (kept in this rank's own
-arrived slot, ``arrived[p][cur_rank]``), so the flags need no reset and CUDA
-graphs replay the kernel. Round ``q`` uses half ``q % 2`` of the program's
-slots. A sender rewrites a half at round ``q + 2`` only after its own round
-``q + 1``, which waited for every member's round ``q + 1`` arrival, which each
-member raised only after reducing round ``q``: two halves are enough, with no
-acknowledgement.
+in *rounds* of up to ``ROUND`` columns (:data:`iris.ccl.runtime.PUSH_ROUND_TILES`,
+as many as the slots hold). Each round costs a system fence and an arrival wait,
+which stall the program: measured on 4 x H200 with one column per round, about
+12 us per round on top of the transfer, so a round must move much data. The round
+count only grows across calls (kept in this rank's own arrived slot,
+``arrived[p][cur_rank]``), so the flags need no reset and CUDA graphs replay the
+kernel. Round ``q`` uses half ``q % 2`` of the program's slots. A sender rewrites
+a half at round ``q + 2`` only after its own round ``q + 1``, which waited for
+every member's round ``q + 1`` arrival, which each member raised only after
+reducing round ``q``: two halves are enough, with no acknowledgement.
 
 Inputs are only read by their own rank, so nothing guards them at the end. A
 member's arrival in this call also tells that it entered the call, so the results
@@ -29,9 +32,11 @@ results, so no rank returns before its output is complete.
 The receive slots are shared by every pushed call and the round counts must agree
 between ranks, so, like the staged protocol, only the whole-world group pushes.
 
-What it buys is the handshakes, not bandwidth: measured on 4 x H200 it wins up to
-16 MiB and loses from 64 MiB, where each round's fence and arrival wait, which stall
-the program, add up (``runtime.PUSHED_AUTO_BYTES``).
+What it buys: no handshakes, and stores only (remote stores outrun remote loads over
+NVLink). Measured on 4 x H200 (``benchmarks/results/tune_pushed_h200x4.json``),
+all_reduce pushed beats the direct two-shot at every size (256 MiB: 1158 against
+1277 us, NCCL 1183), reduce_scatter up to 16 MiB and ties above
+(``runtime.REDUCE_SCATTER_PUSHED_AUTO_BYTES``).
 """
 
 import triton
@@ -89,10 +94,12 @@ def pushed_kernel(
     OP: tl.constexpr,
     slots,
     MODE: tl.constexpr,
+    ROUND: tl.constexpr,
 ):
     """One pushed ``all_reduce`` (``n`` elements) or ``reduce_scatter`` (``n`` output elements per member).
 
-    ``slots`` holds ``[max_programs, 2, GROUP, BLOCK]`` elements on every member.
+    ``slots`` holds ``[max_programs, 2, ROUND, GROUP - 1, BLOCK]`` elements on every
+    member: a half per round, a slot per column of the round and sender.
 
     Example:
         >>> kernel, grid, args, num_warps = pushed_launch(runtime, state, "all_reduce", out, inp,
@@ -110,33 +117,40 @@ def pushed_kernel(
         tl.static_assert(MODE == "reduce_scatter", "MODE must be one of iris.ccl.pushed.MODES")
         columns = tl.cdiv(n, BLOCK)
     lanes = tl.arange(0, BLOCK)
-    program_slots = slots + pid * (2 * GROUP * BLOCK)
+    SENDERS: tl.constexpr = GROUP - 1
+    program_slots = slots + pid * (2 * ROUND * SENDERS * BLOCK)
     rounds = 0
-    for column in range(pid, columns, programs):
-        half = program_slots + (base + rounds) % 2 * (GROUP * BLOCK)
-        # 1. scatter: member j's tile of this column goes into our slot on member j.
-        for i in tl.static_range(1, GROUP):
-            j = (my_index + i) % GROUP
-            at, mask = _tile(column, j, n, lanes, MODE, GROUP, BLOCK)
-            values = tl.load(inp + at, mask=mask)
-            peer = tl.load(ranks + j)
-            rma.store(half + my_index * BLOCK + lanes, values, cur_rank, peer, heap_bases, mask=mask)
+    # Columns past the end are masked off by ``_tile``: a round may be partial.
+    for first in range(pid, columns, programs * ROUND):
+        half = program_slots + (base + rounds) % 2 * (ROUND * SENDERS * BLOCK)
+        # 1. scatter: member j's tiles of the round go into our slots on member j,
+        #    at our place among j's senders.
+        for r in tl.static_range(ROUND):
+            for i in tl.static_range(1, GROUP):
+                j = (my_index + i) % GROUP
+                at, mask = _tile(first + r * programs, j, n, lanes, MODE, GROUP, BLOCK)
+                values = tl.load(inp + at, mask=mask)
+                peer = tl.load(ranks + j)
+                slot = half + (r * SENDERS + GROUP - 1 - i) * BLOCK
+                rma.store(slot + lanes, values, cur_rank, peer, heap_bases, mask=mask)
         _raise_on_members(arrived, base + rounds + 1, cur_rank, ranks, my_index, GROUP, heap_bases)
-        # 2. reduce our own tile of the column with what every member sent.
-        own, mask = _tile(column, my_index, n, lanes, MODE, GROUP, BLOCK)
-        total = ccl._accumulator(tl.load(inp + own, mask=mask))
         for i in tl.static_range(1, GROUP):
             peer = tl.load(ranks + (my_index + i) % GROUP)
             rma.wait_until(arrived + peer, "ge", base + rounds + 1, heap_bases=heap_bases, op=WAIT_OP)
-            sent = tl.load(half + ((my_index + i) % GROUP) * BLOCK + lanes, mask=mask)
-            total = ccl.combine(total, ccl._accumulator(sent), OP)
-        # 3. the result: into every member's output (all_reduce) or our own.
-        if MODE == "all_reduce":
-            ccl.push_tile(
-                out + own, total.to(out.dtype.element_ty), cur_rank, ranks, my_index, GROUP, heap_bases, mask
-            )
-        else:
-            tl.store(out + column * BLOCK + lanes, total.to(out.dtype.element_ty), mask=mask)
+        # 2. reduce our own tiles of the round with what every member sent.
+        for r in tl.static_range(ROUND):
+            column = first + r * programs
+            own, mask = _tile(column, my_index, n, lanes, MODE, GROUP, BLOCK)
+            total = ccl._accumulator(tl.load(inp + own, mask=mask))
+            for i in tl.static_range(1, GROUP):
+                sent = tl.load(half + (r * SENDERS + i - 1) * BLOCK + lanes, mask=mask)
+                total = ccl.combine(total, ccl._accumulator(sent), OP)
+            # 3. the result: into every member's output (all_reduce) or our own.
+            result = total.to(out.dtype.element_ty)
+            if MODE == "all_reduce":
+                ccl.push_tile(out + own, result, cur_rank, ranks, my_index, GROUP, heap_bases, mask)
+            else:
+                tl.store(out + column * BLOCK + lanes, result, mask=mask)
         rounds += 1
     tl.debug_barrier()  # every warp has read ``base`` before it moves on
     tl.store(arrived + cur_rank, base + rounds)
@@ -174,5 +188,6 @@ def pushed_launch(runtime, state, mode: str, out, inp, n: int, config, op=None):
     grid = (runtime.programs(columns, config),)
     slots = runtime.push_slots().view(inp.dtype)
     reduction = op.value if op is not None else "sum"
-    args = (out, inp, n, *runtime.group_args(state), block, reduction, slots, mode)
+    round_tiles = runtime.push_round_tiles(tile_bytes(config, inp))
+    args = (out, inp, n, *runtime.group_args(state), block, reduction, slots, mode, round_tiles)
     return pushed_kernel, grid, args, config.num_warps

@@ -21,7 +21,15 @@ from .all_reduce import one_shot_kernel
 from .config import ReduceOp
 from .low_latency import low_latency_launch, payload_bytes
 from .pushed import pushed_launch, tile_bytes
-from .runtime import REDUCIBLE_DTYPES, check_disjoint, check_tensor, describe_tensor, nbytes, tensor_key
+from .runtime import (
+    REDUCE_SCATTER_PUSHED_AUTO_BYTES,
+    REDUCIBLE_DTYPES,
+    check_disjoint,
+    check_tensor,
+    describe_tensor,
+    nbytes,
+    tensor_key,
+)
 from .staged import staged_launch
 
 
@@ -41,7 +49,7 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> Prepa
             nbytes(inp),
             payload_bytes(nbytes(out), out, inp),
             pushed_bytes=tile_bytes(config, inp),
-            call_bytes=nbytes(inp),
+            auto_pushes=nbytes(inp) <= REDUCE_SCATTER_PUSHED_AUTO_BYTES,
         )
         direct = protocol == "direct"
         usable = check_tensor(errors, ctx, out, "out", REDUCIBLE_DTYPES, on_heap=False)

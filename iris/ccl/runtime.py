@@ -34,16 +34,18 @@ STAGING_BYTES = 1 << 20
 #: Most payload bytes a low-latency call sends each member (``iris.ccl.low_latency``);
 #: capped so that the receive slots take at most heap_size / 32.
 LOW_LATENCY_BYTES = 256 << 10
-#: Bytes of one receive slot of a pushed call (``iris.ccl.pushed``): one tile; capped so that
-#: the slots take at most heap_size / 16.
-PUSH_SLOT_BYTES = 16 << 10
-#: ``Config.protocol="auto"`` pushes two-shot all_reduce and reduce_scatter calls past the
-#: staging capacity up to this many input bytes per member. Measured on 4 x H200 (CUDA
-#: graphs): reduce_scatter 4 MiB 20 us pushed against 29 direct (NCCL 35), 16 MiB 57
-#: against 61 (NCCL 62); all_reduce 16 MiB 97 against 100. From 64 MiB pushing loses
-#: (reduce_scatter 212 against 175 us): each round's fence and arrival wait stall a
-#: program, and at that size the rounds add up.
-PUSHED_AUTO_BYTES = 16 << 20
+#: Bytes of one receive slot of a pushed call (``iris.ccl.pushed``): the tiles one member
+#: sends another in one round; capped so that the slots take at most heap_size / 16.
+PUSH_SLOT_BYTES = 64 << 10
+#: At most this many tiles per round and member in a pushed call.
+PUSH_ROUND_TILES = 4
+#: ``Config.protocol="auto"`` pushes reduce_scatter calls past the staging capacity up to
+#: this many input bytes per member, and two-shot all_reduce calls of any size. Measured on
+#: 4 x H200 (eager, ``benchmarks/results/tune_pushed_h200x4.json``): reduce_scatter 4 MiB
+#: 25 us pushed against 33 direct (NCCL 46), 16 MiB 54 against 64 (NCCL 61); from 64 MiB
+#: the two are within 1% (256 MiB: 640 against 633 us). all_reduce pushed wins at every
+#: size: 16 MiB 91 against 102 us, 256 MiB 1158 against 1277 (NCCL 1183).
+REDUCE_SCATTER_PUSHED_AUTO_BYTES = 16 << 20
 #: ``Config.protocol="auto"`` uses the low-latency protocol up to this many bytes per member.
 LOW_LATENCY_AUTO_BYTES = 256 << 10
 
@@ -102,7 +104,7 @@ class Runtime:
         staged_bytes,
         low_latency_bytes=None,
         pushed_bytes=None,
-        call_bytes=None,
+        auto_pushes=False,
     ) -> str:
         """The protocol a call runs (``Config.protocol``): ``"low_latency"``, ``"staged"``,
         ``"pushed"`` or ``"direct"``.
@@ -112,8 +114,9 @@ class Runtime:
         under the low-latency protocol, or None where that protocol does not apply
         (a broadcast, or blocks that are not whole aligned 4-byte words);
         ``pushed_bytes`` the bytes of one tile of a pushed call, or None for a call
-        without a pushed kernel, and ``call_bytes`` the input bytes per member that
-        ``"auto"`` pushes up to :data:`PUSHED_AUTO_BYTES`. A forced protocol that
+        without a pushed kernel, and ``auto_pushes`` whether ``"auto"`` pushes it
+        where it can (where pushing wins: see
+        :data:`REDUCE_SCATTER_PUSHED_AUTO_BYTES`). A forced protocol that
         cannot run appends to ``errors``. Callers put the choice in the signature the
         members compare: it hangs on tensor alignment, which may differ between ranks.
 
@@ -136,7 +139,7 @@ class Runtime:
                 return "low_latency"
             if staged:
                 return "staged"
-            if pushed and call_bytes is not None and call_bytes <= PUSHED_AUTO_BYTES:
+            if pushed and auto_pushes:
                 return "pushed"
             return "direct"
         possible = {"low_latency": low_latency, "staged": staged, "pushed": pushed, "direct": True}
@@ -169,11 +172,21 @@ class Runtime:
         return min(STAGING_BYTES, self.ctx.heap_size // 64) // 256 * 256
 
     def _push_slot_count(self) -> int:
-        return 2 * self.max_programs * self.ctx.num_ranks  # two halves per program and member
+        # Two halves per program and sender: a member receives from every other member.
+        return 2 * self.max_programs * max(self.ctx.num_ranks - 1, 1)
 
     def _push_slot_bytes(self) -> int:
         # All slots together take at most 1/16 of the heap.
         return min(PUSH_SLOT_BYTES, self.ctx.heap_size // (16 * self._push_slot_count())) // 256 * 256
+
+    def push_round_tiles(self, tile_bytes: int) -> int:
+        """Tiles of ``tile_bytes`` that a pushed call moves per round and member (0: none fit).
+
+        Example:
+            >>> runtime.push_round_tiles(16 << 10)  # 1 GiB heap, 132 SMs, 4 ranks
+            4
+        """
+        return min(PUSH_ROUND_TILES, self._push_slot_bytes() // tile_bytes)
 
     def push_slots(self) -> torch.Tensor:
         """The receive slots of :mod:`iris.ccl.pushed` (bytes), allocated on first use.

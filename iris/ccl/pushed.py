@@ -14,8 +14,10 @@ remote *store* into a receive slot, and the handshakes go away:
 Program ``p`` of every member handles the same columns ``c = p, p + programs, ...``
 in *rounds* of up to ``ROUND`` columns (:data:`iris.ccl.runtime.PUSH_ROUND_TILES`,
 as many as the slots hold). Each round costs a system fence and an arrival wait,
-which stall the program: measured on 4 x H200 with one column per round, about
-12 us per round on top of the transfer, so a round must move much data. The round
+which stall the program: on 4 x H200 with one column per round, about 12 us per
+round on top of the transfer (estimated from the all_reduce and reduce_scatter
+times, which move 96 and 48 KiB per round and program), so a round must move much
+data. The round
 count only grows across calls (kept in this rank's own arrived slot,
 ``arrived[p][cur_rank]``), so the flags need no reset and CUDA graphs replay the
 kernel. Round ``q`` uses half ``q % 2`` of the program's slots. A sender rewrites
@@ -166,7 +168,7 @@ def pushed_kernel(
 
 
 def tile_bytes(config, inp) -> int:
-    """Bytes of one tile, and so of one receive slot, of a pushed call on ``inp``.
+    """Bytes of one tile of a pushed call on ``inp`` (a receive slot holds one or more).
 
     Example:
         >>> runtime.protocol(errors, state, config, None, pushed_bytes=tile_bytes(config, inp))

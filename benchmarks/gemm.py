@@ -1,0 +1,167 @@
+"""Iris's tile GEMM (pointer loads and tensor-descriptor loads) against cuBLAS, one GPU, bf16.
+
+Every fused op is built on ``iris.ops.gemm.tile_gemm``; this times it alone, as the
+persistent ``matmul_kernel`` on every SM, beside ``torch.matmul`` (cuBLAS) in the same
+run. Shapes are the per-rank GEMMs of benchmarks/fused_ops.py on 4 ranks (N or K
+divided by 4). Each way runs ``--iters`` calls between CUDA events, in ``--trials``
+trials that go round every way in a new (seeded) order; each figure is the median
+trial. Each result is checked against cuBLAS on fresh random inputs, on a poisoned
+output, before any timing.
+
+    python benchmarks/gemm.py --out benchmarks/results/gemm_h200.json
+    ... --shapes "4096,2048,8192;4096,3584,4096"   (per-rank M,N,K)
+    ... --configs "num_stages=4;block_n=128"        more tile settings, each with both load paths
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import random
+import statistics
+import sys
+import time
+
+import torch
+import triton
+from common import parse_configs
+
+from iris.ops.config import FusedConfig, tma_loads_fit
+from iris.ops.gemm import matmul_kernel
+
+#: Per-rank GEMMs of fused_ops.py's default shapes on 4 ranks: GEMM + all-scatter and
+#: all_gather_matmul split N, matmul_all_reduce / reduce_scatter split K.
+DEFAULT_SHAPES = [
+    (m, n, k)
+    for m in (1024, 4096, 16384)
+    for n, k in ((2048, 8192), (3584, 4096), (8192, 2048), (14336, 1024))
+]
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    return [tuple(int(x) for x in item.split(",")) for item in text.split(";")]
+
+
+def launch(a, b, c, config: FusedConfig, tma: bool, num_sms: int, untraced):
+    # ``untraced``: a uint64 heap_bases, so no tracing is compiled in (nor read).
+    M, K = a.shape
+    N = b.shape[1]
+    tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
+    return matmul_kernel[(min(num_sms, tiles),)](
+        a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), untraced,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        EVEN_K=K % config.block_k == 0, TMA=tma, num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
+
+
+def time_calls(fn, iters: int) -> float:
+    """Milliseconds per call: two warm-up calls, then CUDA events around ``iters`` calls."""
+    fn()
+    fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    stop.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(stop) / iters
+
+
+def measure_shape(shape, configs, args, num_sms: int) -> dict:
+    M, N, K = shape
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    untraced = torch.zeros(1, device="cuda", dtype=torch.uint64)
+    expected = torch.matmul(a, b)
+    ways = {"cublas": lambda: torch.matmul(a, b, out=c)}
+    compiled, errors = {}, {}
+    for name, config in configs.items():
+        for tma in (False, True):
+            if tma and not tma_loads_fit(a, b):
+                continue
+            way = f"{name}/{'tma' if tma else 'pointer'}"
+            c.fill_(float("nan"))
+            kernel = launch(a, b, c, config, tma, num_sms, untraced)
+            torch.cuda.synchronize()
+            errors[way] = ((c.float() - expected.float()).norm() / expected.float().norm()).item()
+            compiled[way] = {"registers": kernel.n_regs, "spills": kernel.n_spills}
+            ways[way] = lambda config=config, tma=tma: launch(a, b, c, config, tma, num_sms, untraced)
+    order = list(ways)
+    trials = {way: [] for way in ways}
+    rng = random.Random(f"{shape}")
+    for _ in range(args.trials):
+        rng.shuffle(order)
+        for way in order:
+            trials[way].append(time_calls(ways[way], args.iters))
+    ms = {way: statistics.median(times) for way, times in trials.items()}
+    flops = 2.0 * M * N * K
+    return {
+        "M": M,
+        "N": N,
+        "K": K,
+        "ms": ms,
+        "trials_ms": trials,
+        "tflops": {way: flops / t / 1e9 for way, t in ms.items()},
+        "of_cublas": {way: ms["cublas"] / t for way, t in ms.items() if way != "cublas"},
+        "relative_error": errors,
+        "correct": all(e < 1e-2 for e in errors.values()),
+        "compiled": compiled,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--shapes", type=parse_shapes, default=DEFAULT_SHAPES, help="'M,N,K;M,N,K' (per rank)"
+    )
+    parser.add_argument(
+        "--configs", type=parse_configs, default=[], help="FusedConfig changes, ';'-separated"
+    )
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("this benchmark times a GPU")
+    # Tensor descriptors made inside a kernel live in a scratch buffer Triton asks for.
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
+    started = time.time()
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    base = FusedConfig(block_n=256, num_stages=3)
+    configs = {"128x256x64 s3": base}
+    for changes in args.configs:
+        config = base.replace(**changes)
+        configs[",".join(f"{k}={v}" for k, v in changes.items())] = config
+    rows = []
+    for shape in args.shapes:
+        row = measure_shape(shape, configs, args, num_sms)
+        rows.append(row)
+        best = max((w for w in row["tflops"] if w != "cublas"), key=row["tflops"].get)
+        print(
+            f"{shape}: cuBLAS {row['tflops']['cublas']:6.1f} TFLOP/s; "
+            + "  ".join(f"{w} {t:6.1f}" for w, t in row["tflops"].items() if w != "cublas")
+            + f"  best {best} ({row['of_cublas'][best]:.3f}x cuBLAS) ok={row['correct']}",
+            flush=True,
+        )
+    report = {
+        "iters": args.iters,
+        "trials": args.trials,
+        "configs": {name: dataclasses.asdict(config) for name, config in configs.items()},
+        "results": rows,
+        "seconds": time.time() - started,
+        "command": "python " + " ".join(sys.argv),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+    }
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

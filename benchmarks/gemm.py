@@ -1,4 +1,4 @@
-"""Iris's tile GEMM (pointer loads and tensor-descriptor loads) against cuBLAS, one GPU, bf16.
+"""Iris's tile GEMM against cuBLAS, one GPU, bf16.
 
 Every fused op is built on ``iris.ops.gemm.tile_gemm``; this times it alone, as the
 persistent ``matmul_kernel`` on every SM, beside ``torch.matmul`` (cuBLAS) in the same
@@ -10,7 +10,11 @@ output, before any timing.
 
     python benchmarks/gemm.py --out benchmarks/results/gemm_h200.json
     ... --shapes "4096,2048,8192;4096,3584,4096"   (per-rank M,N,K)
-    ... --configs "num_stages=4;block_n=128"        more tile settings, each with both load paths
+    ... --configs "num_stages=4;block_n=128"        more tile settings
+
+The results of record (``gemm_tma_h200.json``, ``gemm_tma_tiles_h200.json``) come from
+commit a65719e, when ``tile_gemm`` could also load through tensor descriptors (Hopper's
+TMA); that path gained nothing clear over pointer loads and was removed (docs/fused.md).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import torch
 import triton
 from common import parse_configs
 
-from iris.ops.config import FusedConfig, tma_loads_fit
+from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul_kernel
 
 #: Per-rank GEMMs of fused_ops.py's default shapes on 4 ranks: GEMM + all-scatter and
@@ -44,7 +48,7 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     return [tuple(int(x) for x in item.split(",")) for item in text.split(";")]
 
 
-def launch(a, b, c, config: FusedConfig, tma: bool, num_sms: int, untraced):
+def launch(a, b, c, config: FusedConfig, num_sms: int, untraced):
     # ``untraced``: a uint64 heap_bases, so no tracing is compiled in (nor read).
     M, K = a.shape
     N = b.shape[1]
@@ -52,7 +56,7 @@ def launch(a, b, c, config: FusedConfig, tma: bool, num_sms: int, untraced):
     return matmul_kernel[(min(num_sms, tiles),)](
         a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), untraced,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        EVEN_K=K % config.block_k == 0, TMA=tma, num_warps=config.num_warps, num_stages=config.num_stages,
+        EVEN_K=K % config.block_k == 0, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
 
 
@@ -78,17 +82,13 @@ def measure_shape(shape, configs, args, num_sms: int) -> dict:
     expected = torch.matmul(a, b)
     ways = {"cublas": lambda: torch.matmul(a, b, out=c)}
     compiled, errors = {}, {}
-    for name, config in configs.items():
-        for tma in (False, True):
-            if tma and not tma_loads_fit(a, b):
-                continue
-            way = f"{name}/{'tma' if tma else 'pointer'}"
-            c.fill_(float("nan"))
-            kernel = launch(a, b, c, config, tma, num_sms, untraced)
-            torch.cuda.synchronize()
-            errors[way] = ((c.float() - expected.float()).norm() / expected.float().norm()).item()
-            compiled[way] = {"registers": kernel.n_regs, "spills": kernel.n_spills}
-            ways[way] = lambda config=config, tma=tma: launch(a, b, c, config, tma, num_sms, untraced)
+    for way, config in configs.items():
+        c.fill_(float("nan"))
+        kernel = launch(a, b, c, config, num_sms, untraced)
+        torch.cuda.synchronize()
+        errors[way] = ((c.float() - expected.float()).norm() / expected.float().norm()).item()
+        compiled[way] = {"registers": kernel.n_regs, "spills": kernel.n_spills}
+        ways[way] = lambda config=config: launch(a, b, c, config, num_sms, untraced)
     order = list(ways)
     trials = {way: [] for way in ways}
     rng = random.Random(f"{shape}")
@@ -126,8 +126,6 @@ def main():
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("this benchmark times a GPU")
-    # Tensor descriptors made inside a kernel live in a scratch buffer Triton asks for.
-    triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
     started = time.time()
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     base = FusedConfig(block_n=256, num_stages=3)

@@ -157,26 +157,6 @@ def split_sm_registers(producer, consumer, producer_warps: int, consumer_warps: 
     return None, registers_beside(used, producer_warps, consumer_warps) or None
 
 
-def tma_loads_fit(a, b) -> bool:
-    """Whether :func:`iris.ops.gemm.tile_gemm` can load ``a`` and ``b`` through tensor descriptors.
-
-    Both must be row-major (unit stride along their last dimension) with a 16-byte
-    aligned base and a row stride of a multiple of 16 bytes, as the tile copy engine
-    requires; anything else takes the pointer loads.
-
-    Example:
-        >>> a, b = torch.empty(256, 512, dtype=torch.bfloat16), torch.empty(512, 128, dtype=torch.bfloat16)
-        >>> tma_loads_fit(a, b), tma_loads_fit(a, b.t().contiguous().t())  # the second: B column-major
-        (True, False)
-    """
-
-    def fits(t):
-        row_bytes = t.stride(0) * t.element_size()
-        return t.dim() == 2 and t.stride(1) == 1 and t.data_ptr() % 16 == 0 and row_bytes % 16 == 0
-
-    return fits(a) and fits(b)
-
-
 def sharing_saves_a_wave(tiles: int, num_sms: int, comm_sms: int) -> bool:
     """Whether a GEMM of ``tiles`` tiles should keep every SM and share them with small consumers.
 

@@ -63,19 +63,13 @@ def tile_gemm(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
-    TMA: tl.constexpr = False,
 ):
     """fp32 accumulator of tile ``(pid_m, pid_n)`` of ``A (M x K) @ B (K x N)``.
-
-    ``TMA``: load through tensor descriptors (Hopper's copy engine for tiles; see
-    :func:`tma_tile_gemm`) instead of pointers.
 
     Example:
         >>> acc = tile_gemm(a, b, pid_m, pid_n, M, N, K, K, 1, N, 1, 128, 256, 64, True)
         >>> tl.store(c + offsets, acc.to(tl.bfloat16), mask=mask)
     """
-    if TMA:
-        return tma_tile_gemm(a, b, pid_m, pid_n, M, N, K, stride_am, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     # Wrapping out-of-range rows and columns onto real ones keeps the K loop free of
@@ -105,43 +99,6 @@ def tile_gemm(
 
 
 @triton.jit
-def tma_tile_gemm(
-    a,
-    b,
-    pid_m,
-    pid_n,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_bk,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    """:func:`tile_gemm` for row-major ``A`` and ``B``, loaded through tensor descriptors.
-
-    The descriptors zero-fill what lies past the matrix edge, so no masks or wrapped
-    indices are needed. Both bases must be 16-byte aligned and both row strides
-    multiples of 16 bytes (:func:`iris.ops.config.tma_loads_fit`).
-
-    Example:
-        >>> acc = tma_tile_gemm(a, b, pid_m, pid_n, M, N, K, K, N, 128, 256, 64)
-    """
-    a_desc = tl.make_tensor_descriptor(a, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K])
-    b_desc = tl.make_tensor_descriptor(b, [K, N], [stride_bk, 1], [BLOCK_K, BLOCK_N])
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        tile_a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
-        tile_b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
-        if _WIDEN_DOT:
-            tile_a = tile_a.to(tl.float32)
-            tile_b = tile_b.to(tl.float32)
-        acc = tl.dot(tile_a, tile_b, acc)
-    return acc
-
-
-@triton.jit
 def traced_tile_gemm(
     a,
     b,
@@ -159,7 +116,6 @@ def traced_tile_gemm(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
-    TMA: tl.constexpr = False,
 ):
     """:func:`tile_gemm` recorded as a ``gemm tile`` compute scope when tracing is on.
 
@@ -184,7 +140,6 @@ def traced_tile_gemm(
         BLOCK_N,
         BLOCK_K,
         EVEN_K,
-        TMA,
     )
     tracing.trace_end(heap_bases, started, SCOPE_GEMM, pid_m, pid_n)
     return acc
@@ -225,7 +180,6 @@ def matmul_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr,
-    TMA: tl.constexpr = False,
 ):
     """Persistent ``C = A @ B``: program ``p`` of ``P`` computes tiles ``p, p + P, ...``.
 
@@ -256,7 +210,6 @@ def matmul_kernel(
             BLOCK_N,
             BLOCK_K,
             EVEN_K,
-            TMA,
         )
         offsets, mask = tile_offsets(pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
         tl.store(c + offsets, acc.to(c.dtype.element_ty), mask=mask)

@@ -67,7 +67,7 @@ def fused_signature(bases: str) -> dict:
     signature.update(entry="*i32", epoch_ptr="*i32", heap_bases=bases)
     for name in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"):
         signature[name] = "i32"
-    signature.update(cur_rank="i32", world_size="i32", GEMM_PROGRAMS="i32")
+    signature.update(cur_rank="i32", world_size="i32", GEMM_PROGRAMS="i32", SPLIT_FROM="i32")
     return signature
 
 
@@ -104,7 +104,7 @@ def resources(role, num_warps: int, num_stages: int, maxnreg=None) -> tuple:
     }
     signature = {**signature, **{name: "constexpr" for name in constexprs}}
     signature = {name: signature[name] for name in workgroup_specialized_kernel.arg_names}
-    rank_args = ("cur_rank", "world_size", "GEMM_PROGRAMS")
+    rank_args = ("cur_rank", "world_size", "GEMM_PROGRAMS", "SPLIT_FROM")
     divisible = [
         i for i, (name, kind) in enumerate(signature.items()) if kind != "constexpr" and name not in rank_args
     ]

@@ -3,7 +3,7 @@
 # the forced protocols of small calls (eager and graph), launch settings of large ones,
 # and the fused GEMM + all-scatter over tile shapes and communication programs.
 #   bash scripts/gpu_tune.sh          results in $OUT (device tool) or ./out
-#   SKIP_TESTS=1 / PARTS="small large pushed fused fused_helpers fused_shared fused_rows fused_copies copy_engine collectives collectives_small fused_ops"
+#   SKIP_TESTS=1 / PARTS="small large pushed fused fused_helpers fused_shared fused_rows fused_split fused_copies copy_engine collectives collectives_small fused_ops"
 #   (the last three write the results of record: collectives_h200x4.json, ...)
 set -u
 # shellcheck source=scripts/gpu_env.sh
@@ -32,13 +32,15 @@ for part in ${PARTS-small large fused}; do  # PARTS="" runs the tests only
     collectives) args="--max-mib 256 --iters 50 --trials 3" ;;  # the results of record
     collectives_small) args="--max-mib 1 --iters 200 --trials 5" ;;
     fused_ops) args="--iters 50" ;;
+    fused_split) args="--ops gemm_all_scatter --shapes 4096,8192,8192;4096,14336,4096;16384,8192,8192;16384,14336,4096 --iters 50 --no-styles
+                 --sweep split_last_wave=1;split_last_wave=1,num_stages=4;num_stages=4" ;;
     fused_copies) args="--ops gemm_all_scatter matmul_reduce_scatter all_gather_matmul --iters 50 --no-styles
                  --sweep variant=copy_engine,copy_chunks=2;variant=copy_engine,copy_chunks=8" ;;
     copy_engine) args="--max-mib 256 --iters 20" ;;  # copy-engine bandwidth beside SM puts and NCCL
   esac
   bench=collectives; [ "${part#fused}" != "$part" ] && bench=fused_ops
   [ "$part" = copy_engine ] && bench=copy_engine
-  case $part in small|large|pushed|fused|fused_helpers|fused_shared|fused_rows|fused_copies) name=tune_$part ;; *) name=$part ;; esac
+  case $part in small|large|pushed|fused|fused_helpers|fused_shared|fused_rows|fused_split|fused_copies) name=tune_$part ;; *) name=$part ;; esac
   # shellcheck disable=SC2086
   timeout "${BENCH_TIMEOUT:-240}" python -m iris.run -n "$gpus" "benchmarks/$bench.py" $args \
     --out "$out/${name}_h200x${gpus}.json" 2>&1 | quiet | tail -60

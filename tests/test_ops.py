@@ -13,7 +13,7 @@ from offline import run_cuda_script
 
 import iris
 from iris.ops import FusedConfig, choose_variant
-from iris.ops.config import registers_beside, split_sm_registers
+from iris.ops.config import last_wave_split, registers_beside, split_sm_registers
 
 M, N, K = 40, 48, 40
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -64,6 +64,10 @@ def _matmul_all_gather_body(rank, world_size, variant, dim, dtype_name, changes)
     [
         ("workgroup_specialized", 1, "bf16", {}),
         ("workgroup_specialized", 0, "fp16", {}),
+        # 6 tiles of 16 x 32 on 4 GEMM programs: 4 whole, the last wave's 2 in halves
+        ("workgroup_specialized", 1, "bf16", {"block_m": 16, "comm_sms": 4, "split_last_wave": True}),
+        ("workgroup_specialized", 1, "bf16", {"split_last_wave": True}),  # one wave: all in halves
+        ("producer_consumer", 1, "fp16", {"block_m": 16, "comm_sms": 4, "split_last_wave": True}),
         ("producer_consumer", 1, "bf16", {}),
         ("producer_consumer", 0, "fp16", {"consumer_warps": 2}),
         ("fused_sequential", 1, "fp16", {}),
@@ -151,6 +155,13 @@ def _single_rank_body(rank, world_size):
         ctx.ops.matmul_all_reduce(out, a, b, config=_config("fused"))
         ctx.barrier()
         return _relative_error(out, expected)
+
+
+def test_last_wave_split_is_the_first_tile_of_the_last_wave():
+    assert last_wave_split(256, 132) == 132
+    assert last_wave_split(264, 132) == 132
+    assert last_wave_split(265, 132) == 264
+    assert last_wave_split(124, 132) == 0
 
 
 def test_one_rank_is_a_plain_gemm(world):

@@ -50,7 +50,14 @@ from .all_scatter import (
     fused_sequential_kernel,
     workgroup_specialized_kernel,
 )
-from .config import COPY_ENGINE, FusedConfig, choose_variant, default_config, split_sm_registers
+from .config import (
+    COPY_ENGINE,
+    FusedConfig,
+    choose_variant,
+    default_config,
+    last_wave_split,
+    split_sm_registers,
+)
 from .copy_plans import (
     all_gather_matmul_plan,
     matmul_all_gather_plan,
@@ -187,7 +194,7 @@ class Ops:
         num_sms = ctx.get_cu_count()
         heap_bases = ctx.get_heap_bases()
         tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
-        flags, entry, epoch = self._flags("tile", tiles), self._flags("entry", world), self._epoch_counter()
+        entry, epoch = self._flags("entry", world), self._epoch_counter()
         gemm = _gemm_options(cfg, K)
         steps = [lambda: epoch.add_(1)]
         if variant in ("unfused", "bulk_synchronous"):
@@ -211,21 +218,22 @@ class Ops:
                  rank, world, heap_bases), gemm,
             ))  # fmt: skip
         else:
-            tickets = self._flags("tickets", 3)
+            sharing = variant == "producer_consumer" and cfg.consumer_warps > 0
+            gemm_programs = num_sms if sharing else num_sms - min(cfg.comm_sms, num_sms - 1)
+            split = tiles
+            if cfg.split_last_wave and cfg.block_n >= 32:
+                split = last_wave_split(tiles, gemm_programs)
+            flags, tickets = self._flags("tile", 2 * tiles - split), self._flags("tickets", 3)
             args = (
                 A, B, block, flags, tickets, entry, epoch, M, N, K, *A.stride(), *B.stride(), *block.stride(),
-                rank, world, heap_bases,
+                rank, world, heap_bases, gemm_programs, split,
             )  # fmt: skip
+            options = dict(COMM_ROWS=cfg.comm_rows, **gemm)
             if variant == "workgroup_specialized":
-                comm = min(cfg.comm_sms, num_sms - 1)
-                steps.append(PreparedLaunch(
-                    workgroup_specialized_kernel, (num_sms,), (*args, num_sms - comm),
-                    dict(ROLE=BOTH, COMM_ROWS=cfg.comm_rows, **gemm),
-                ))  # fmt: skip
+                options["ROLE"] = BOTH
+                steps.append(PreparedLaunch(workgroup_specialized_kernel, (num_sms,), args, options))
             else:
-                steps += self._producer_consumer(
-                    args, tickets, cfg, num_sms, dict(COMM_ROWS=cfg.comm_rows, **gemm)
-                )
+                steps += self._producer_consumer(args, tickets, cfg, num_sms, gemm_programs, options)
         # Peers store into this rank's out: only a barrier tells that they are done.
         if not async_op:
             steps.append(ctx.device_barrier)
@@ -342,15 +350,14 @@ class Ops:
             self._epoch = self._ctx.zeros(1, dtype=torch.int32)
         return self._epoch
 
-    def _producer_consumer(self, args, tickets, cfg, num_sms, common):
+    def _producer_consumer(self, args, tickets, cfg, num_sms, gemm_programs, common):
         sharing = cfg.consumer_warps > 0
         # Sharing SMs, every SM computes and one small consumer sits beside each GEMM program.
-        comm_programs = num_sms if sharing else min(cfg.comm_sms, num_sms - 1)
-        gemm_programs = num_sms if sharing else num_sms - comm_programs
+        comm_programs = num_sms if sharing else num_sms - gemm_programs
 
         def launch(role, programs, **options):
             options = dict(common, ROLE=role, **options)
-            return PreparedLaunch(workgroup_specialized_kernel, (programs,), (*args, gemm_programs), options)
+            return PreparedLaunch(workgroup_specialized_kernel, (programs,), args, options)
 
         if sharing and _iris_config.BACKEND == "cuda":
             producer, consumer = _sm_sharing_launches(cfg, launch, gemm_programs, comm_programs)

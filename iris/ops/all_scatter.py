@@ -27,6 +27,13 @@ emulation backend runs a launch's programs in order): a GEMM program passes over
 an unfinished tile of a higher-numbered program, and the dedicated pushers (the
 highest numbers) finally sweep their share of the tiles for any passed over.
 
+Flags, tickets and pushes count *work units*: whole tiles, except that with
+``FusedConfig(split_last_wave=True)`` the last wave of tiles is computed and pushed in
+halves of ``BLOCK_N / 2`` columns (units from ``split_from`` on, :func:`unit_tile`;
+otherwise ``split_from`` is the number of tiles). A wave of whole tiles ends all at
+once and leaves all its data to push after the GEMM; halves end in two steps, and
+the first step's data travels while the second is computed.
+
 Before its first store into a peer's ``out``, a program waits until that peer has
 entered the same call (``entry`` flags holding the call's epoch, a device counter
 the host bumps before each call): a rank that runs ahead never overwrites an
@@ -225,6 +232,56 @@ def fused_sequential_kernel(
 
 
 @triton.jit
+def unit_tile(unit, split_from):
+    """``(tile, half)`` of work unit ``unit``: units below ``split_from`` are whole tiles (half -1),
+    the rest are halves 0 and 1 of tiles ``split_from, split_from + 1, ...``.
+
+    Example:
+        >>> tile, half = unit_tile(unit, split_from)   # half >= 0: columns half * BLOCK_N / 2 on
+    """
+    past = tl.maximum(unit - split_from, 0)
+    tile = tl.where(unit < split_from, unit, split_from + past // 2)
+    half = tl.where(unit < split_from, -1, past % 2)
+    return tile, half
+
+
+@triton.jit
+def push_unit(
+    out_block,
+    unit,
+    split_from,
+    M,
+    N,
+    stride_cm,
+    stride_cn,
+    cur_rank,
+    world_size,
+    heap_bases,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    COMM_ROWS: tl.constexpr,
+):
+    """:func:`push_tile` for work unit ``unit`` (a whole tile, or half of one; see :func:`unit_tile`).
+
+    Example:
+        >>> push_unit(block, unit, split_from, M, N, N, 1, rank, world, heap_bases, 128, 256, 8, 16)
+    """
+    tile, half = unit_tile(unit, split_from)
+    pid_m, pid_n = tile_coords(tile, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    if half < 0:
+        push_tile(
+            out_block, pid_m, pid_n, M, N, stride_cm, stride_cn, cur_rank, world_size, heap_bases,
+            BLOCK_M, BLOCK_N, COMM_ROWS,
+        )  # fmt: skip
+    else:
+        push_tile(
+            out_block, pid_m, 2 * pid_n + half, M, N, stride_cm, stride_cn, cur_rank, world_size, heap_bases,
+            BLOCK_M, BLOCK_N // 2, COMM_ROWS,
+        )  # fmt: skip
+
+
+@triton.jit
 def claim_tile(flags, tile_id, computed):
     """True for exactly one caller once tile ``tile_id`` is computed (flag ``computed`` -> ``computed + 1``).
 
@@ -248,6 +305,7 @@ def push_claimed_tiles(
     computed,
     pid,
     gemm_programs,
+    split_from,
     M,
     N,
     stride_cm,
@@ -261,26 +319,28 @@ def push_claimed_tiles(
     COMM_ROWS: tl.constexpr,
     BACKOFF_NS: tl.constexpr = 0,
 ):
-    """Take tiles from the ticket counter, in the GEMM's finishing order, and push those this program claims.
+    """Take work units from the ticket counter, in the GEMM's finishing order; push those this program claims.
 
-    Tile ``t`` is computed by GEMM program ``t % gemm_programs``. This program waits
-    for it only when that program is lower-numbered; otherwise it tries to claim the
-    tile and passes it over if unfinished (a dedicated pusher sweeps it up later).
-    ``BACKOFF_NS`` is the sleep between polls of a tile's flag (see ``iris.wait_until``).
+    Unit ``u`` (a tile or half of one, :func:`unit_tile`) is computed by GEMM program
+    ``u % gemm_programs``. This program waits for it only when that program is
+    lower-numbered; otherwise it tries to claim the unit and passes it over if
+    unfinished (a dedicated pusher sweeps it up later). ``BACKOFF_NS`` is the sleep
+    between polls of a flag (see ``iris.wait_until``).
 
     Example:
-        >>> push_claimed_tiles(block, flags, tickets, 2 * epoch - 1, pid, gemm_programs, M, N, ...)
+        >>> push_claimed_tiles(block, flags, tickets, 2 * epoch - 1, pid, gemm_programs, split, M, N, ...)
     """
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    total = num_pid_m * num_pid_n
+    units = 2 * num_pid_m * num_pid_n - split_from
     # Relaxed: a ticket orders nothing, the flag's acquire does.
-    tile_id = tl.atomic_add(tickets, 1, sem="relaxed", scope="gpu")
-    while tile_id < total:
-        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        if (pid >= gemm_programs) | (tile_id % tl.maximum(gemm_programs, 1) < pid):
+    unit = tl.atomic_add(tickets, 1, sem="relaxed", scope="gpu")
+    while unit < units:
+        if (pid >= gemm_programs) | (unit % tl.maximum(gemm_programs, 1) < pid):
+            tile, _ = unit_tile(unit, split_from)
+            pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
             rma.wait_until(
-                flags + tile_id,
+                flags + unit,
                 "ge",
                 computed,
                 scope="gpu",
@@ -289,23 +349,12 @@ def push_claimed_tiles(
                 pid_n=pid_n,
                 backoff_ns=BACKOFF_NS,
             )
-        if claim_tile(flags, tile_id, computed):
-            push_tile(
-                out_block,
-                pid_m,
-                pid_n,
-                M,
-                N,
-                stride_cm,
-                stride_cn,
-                cur_rank,
-                world_size,
-                heap_bases,
-                BLOCK_M,
-                BLOCK_N,
-                COMM_ROWS,
-            )
-        tile_id = tl.atomic_add(tickets, 1, sem="relaxed", scope="gpu")
+        if claim_tile(flags, unit, computed):
+            push_unit(
+                out_block, unit, split_from, M, N, stride_cm, stride_cn, cur_rank, world_size, heap_bases,
+                BLOCK_M, BLOCK_N, GROUP_M, COMM_ROWS,
+            )  # fmt: skip
+        unit = tl.atomic_add(tickets, 1, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -315,6 +364,7 @@ def sweep_passed_tiles(
     computed,
     first,
     step,
+    split_from,
     M,
     N,
     stride_cm,
@@ -327,40 +377,65 @@ def sweep_passed_tiles(
     GROUP_M: tl.constexpr,
     COMM_ROWS: tl.constexpr,
 ):
-    """Wait for, claim and push every tile ``first, first + step, ...`` that nobody has claimed yet.
+    """Wait for, claim and push every unit ``first, first + step, ...`` that nobody has claimed yet.
 
-    Flags are read 64 at a time, so a share with nothing left costs one load per 64 tiles.
+    Flags are read 64 at a time, so a share with nothing left costs one load per 64 units.
 
     Example:
-        >>> sweep_passed_tiles(block, flags, 2 * epoch - 1, pid - gemm_programs, comm_programs, M, N, ...)
+        >>> sweep_passed_tiles(block, flags, 2 * epoch - 1, pid - gemm_programs, comm, split, M, N, ...)
     """
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    total = num_pid_m * num_pid_n
+    units = 2 * num_pid_m * num_pid_n - split_from
     SWEEP: tl.constexpr = 64
-    for chunk in range(first, total, step * SWEEP):
+    for chunk in range(first, units, step * SWEEP):
         ids = chunk + tl.arange(0, SWEEP) * step
-        seen = tl.load(flags + ids, mask=ids < total, other=computed + 1, volatile=True)
+        seen = tl.load(flags + ids, mask=ids < units, other=computed + 1, volatile=True)
         if tl.min(seen, axis=0) <= computed:
-            for tile_id in range(chunk, tl.minimum(chunk + step * SWEEP, total), step):
-                pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-                rma.wait_until(flags + tile_id, "ge", computed, "gpu", heap_bases, pid_m=pid_m, pid_n=pid_n)
-                if claim_tile(flags, tile_id, computed):
-                    push_tile(
-                        out_block,
-                        pid_m,
-                        pid_n,
-                        M,
-                        N,
-                        stride_cm,
-                        stride_cn,
-                        cur_rank,
-                        world_size,
-                        heap_bases,
-                        BLOCK_M,
-                        BLOCK_N,
-                        COMM_ROWS,
-                    )
+            for unit in range(chunk, tl.minimum(chunk + step * SWEEP, units), step):
+                tile, _ = unit_tile(unit, split_from)
+                pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+                rma.wait_until(flags + unit, "ge", computed, "gpu", heap_bases, pid_m=pid_m, pid_n=pid_n)
+                if claim_tile(flags, unit, computed):
+                    push_unit(
+                        out_block, unit, split_from, M, N, stride_cm, stride_cn, cur_rank, world_size,
+                        heap_bases, BLOCK_M, BLOCK_N, GROUP_M, COMM_ROWS,
+                    )  # fmt: skip
+
+
+@triton.jit
+def compute_tile(
+    a,
+    b,
+    out_block,
+    pid_m,
+    pid_n,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    heap_bases,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
+    """Compute tile ``(pid_m, pid_n)`` (of ``BLOCK_M x BLOCK_N``) of ``A @ B`` into the local ``out_block``.
+
+    Example:
+        >>> compute_tile(a, b, block, pid_m, pid_n, M, N, K, K, 1, N, 1, N, 1, heap_bases, 128, 256, 64, True)
+    """
+    acc = traced_tile_gemm(
+        a, b, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, heap_bases,
+        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
+    )  # fmt: skip
+    offsets, mask = tile_offsets(pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+    tl.store(out_block + offsets, acc.to(out_block.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -372,6 +447,7 @@ def produce_tiles(
     computed,
     first,
     step,
+    split_from,
     M,
     N,
     K,
@@ -389,47 +465,45 @@ def produce_tiles(
     GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr,
 ):
-    """Compute tiles ``first, first + step, ...`` into the local ``out_block``, each flagged ``computed``.
+    """Compute work units ``first, first + step, ...`` into the local ``out_block``; flag each ``computed``.
+
+    Units below ``split_from`` are whole tiles, the rest halves (:func:`unit_tile`);
+    ``split_from`` must be a multiple of ``step``.
 
     Example:
-        >>> produce_tiles(a, b, block, flags, 2 * epoch - 1, pid, gemm_programs, M, N, K, ...)
+        >>> produce_tiles(a, b, block, flags, 2 * epoch - 1, pid, gemm_programs, split_from, M, N, K, ...)
     """
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    for tile_id in range(first, num_pid_m * num_pid_n, step):
-        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = traced_tile_gemm(
-            a,
-            b,
-            pid_m,
-            pid_n,
-            M,
-            N,
-            K,
-            stride_am,
-            stride_ak,
-            stride_bk,
-            stride_bn,
-            heap_bases,
-            BLOCK_M,
-            BLOCK_N,
-            BLOCK_K,
-            EVEN_K,
-        )
-        offsets, mask = tile_offsets(pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
-        tl.store(out_block + offsets, acc.to(out_block.dtype.element_ty), mask=mask)
-        # Only this GPU reads the flag, so GPU scope is enough for the release.
-        rma.signal(
-            flags + tile_id,
-            computed,
-            cur_rank,
-            cur_rank,
-            heap_bases,
-            op="set",
-            scope="gpu",
-            pid_m=pid_m,
-            pid_n=pid_n,
-        )
+    # Two loops, not one with a branch per unit: each keeps one GEMM body, which
+    # Triton pipelines as it does a plain persistent GEMM. ``split_from`` is a
+    # multiple of ``step`` (the GEMM programs), so the round robin carries on.
+    for unit in range(first, split_from, step):
+        pid_m, pid_n = tile_coords(unit, num_pid_m, num_pid_n, GROUP_M)
+        compute_tile(
+            a, b, out_block, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+            stride_cm, stride_cn, heap_bases, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
+        )  # fmt: skip
+        signal_unit(flags, unit, computed, cur_rank, heap_bases, pid_m, pid_n)
+    for unit in range(split_from + first, 2 * num_pid_m * num_pid_n - split_from, step):
+        tile, half = unit_tile(unit, split_from)
+        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        compute_tile(
+            a, b, out_block, pid_m, 2 * pid_n + half, M, N, K, stride_am, stride_ak, stride_bk,
+            stride_bn, stride_cm, stride_cn, heap_bases, BLOCK_M, BLOCK_N // 2, BLOCK_K, EVEN_K,
+        )  # fmt: skip
+        signal_unit(flags, unit, computed, cur_rank, heap_bases, pid_m, pid_n)
+
+
+@triton.jit
+def signal_unit(flags, unit, computed, cur_rank, heap_bases, pid_m, pid_n):
+    """Raise unit ``unit``'s flag to ``computed`` once its tile is stored (a release).
+
+    Example:
+        >>> signal_unit(flags, unit, 2 * epoch - 1, rank, heap_bases, pid_m, pid_n)
+    """
+    # Only this GPU reads the flag, so GPU scope is enough for the release.
+    rma.signal(flags + unit, computed, cur_rank, cur_rank, heap_bases, "set", "gpu", pid_m=pid_m, pid_n=pid_n)
 
 
 @triton.jit
@@ -454,6 +528,7 @@ def workgroup_specialized_kernel(
     world_size,
     heap_bases,
     GEMM_PROGRAMS,
+    SPLIT_FROM,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -471,8 +546,11 @@ def workgroup_specialized_kernel(
     ``ROLE=PRODUCER`` / ``ROLE=CONSUMER``: every program of the launch has that role
     (the producer-consumer style, two launches on two streams); both get the
     producer's grid size as ``GEMM_PROGRAMS``. Consumers that share SMs with GEMM
-    programs sleep ``BACKOFF_NS`` between polls of a tile's flag.
-    ``tickets`` is three int32 words, zero between launches: the next tile to push,
+    programs sleep ``BACKOFF_NS`` between polls of a tile's flag. Tiles from
+    ``SPLIT_FROM`` on are computed and pushed in halves (:func:`unit_tile`;
+    :func:`iris.ops.config.last_wave_split` gives the value; the number of tiles
+    keeps every tile whole). ``flags`` has one word per work unit.
+    ``tickets`` is three int32 words, zero between launches: the next unit to push,
     the programs finished (the last one out resets both) and the producer programs
     started (each adds one on entry; the consumer's last program out takes them
     back), which the host can wait on before launching a consumer that must find
@@ -481,7 +559,7 @@ def workgroup_specialized_kernel(
     Example:
         >>> workgroup_specialized_kernel[(num_sms,)](a, b, block, flags, tickets, entry, epoch, M, N, K,
         ...     *a.stride(), *b.stride(), *block.stride(), rank, world, ctx.get_heap_bases(), num_sms - 16,
-        ...     128, 256, 64, 8, K % 64 == 0, 32, 0)
+        ...     last_wave_split(tiles, num_sms - 16), 128, 256, 64, 8, K % 64 == 0, 32, 0)
     """
     pid = tl.program_id(0)
     epoch = tl.load(epoch_ptr)
@@ -507,6 +585,7 @@ def workgroup_specialized_kernel(
                 computed,
                 pid,
                 gemm_programs,
+                SPLIT_FROM,
                 M,
                 N,
                 K,
@@ -533,6 +612,7 @@ def workgroup_specialized_kernel(
             computed,
             pid,
             gemm_programs,
+            SPLIT_FROM,
             M,
             N,
             stride_cm,
@@ -554,6 +634,7 @@ def workgroup_specialized_kernel(
                 computed,
                 pid - gemm_programs,
                 comm_programs,
+                SPLIT_FROM,
                 M,
                 N,
                 stride_cm,

@@ -56,6 +56,10 @@ class FusedConfig:
             registers it can spare without spilling, else the consumer is capped
             (:func:`split_sm_registers`; with too few left it runs uncapped, on SMs
             the GEMM has left).
+        split_last_wave: GEMM + all-scatter (``matmul_all_gather``'s workgroup-specialised
+            and producer-consumer styles) computes its last wave of tiles in halves of
+            ``block_n / 2`` columns (:func:`last_wave_split`), so less is left to push
+            once the GEMM ends.
         copy_chunks: row chunks of the copy-engine ``matmul_all_gather`` (0: one per
             1024 rows, 2 to 8): chunk ``c`` travels while chunk ``c + 1`` is computed.
         variant: ``"auto"`` (by :func:`choose_variant`), ``"fused"`` (for ``matmul_all_gather``
@@ -77,6 +81,7 @@ class FusedConfig:
     comm_sms: int = 16
     comm_rows: int = 32
     consumer_warps: int = 0
+    split_last_wave: bool = False
     copy_chunks: int = 0
     variant: str = "auto"
 
@@ -155,6 +160,21 @@ def split_sm_registers(producer, consumer, producer_warps: int, consumer_warps: 
     if room and producer(room)[1] <= spilled:
         return room, None
     return None, registers_beside(used, producer_warps, consumer_warps) or None
+
+
+def last_wave_split(tiles: int, programs: int) -> int:
+    """The first tile of the last wave of ``tiles`` on ``programs`` GEMM programs.
+
+    The GEMM + all-scatter kernels compute the tiles from there on in halves: a wave
+    of whole tiles finishes all at once and leaves all its data to push after the
+    GEMM, while halves finish in two steps, and the first step's data travels while
+    the second is computed. With one wave or less it is 0 (every tile in halves).
+
+    Example:
+        >>> last_wave_split(256, 132)   # tiles 132..255 in halves: 132 + 248 work units
+        132
+    """
+    return (-(-tiles // programs) - 1) * programs
 
 
 def sharing_saves_a_wave(tiles: int, num_sms: int, comm_sms: int) -> bool:

@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from ..device import rma
-from .gemm import tile_coords, tile_offsets, traced_tile_gemm
+from .gemm import compute_tile, tile_coords, tile_offsets, traced_tile_gemm
 
 #: Roles of :func:`workgroup_specialized_kernel`.
 BOTH: tl.constexpr = tl.constexpr(0)
@@ -401,41 +401,6 @@ def sweep_passed_tiles(
                         out_block, unit, split_from, M, N, stride_cm, stride_cn, cur_rank, world_size,
                         heap_bases, BLOCK_M, BLOCK_N, GROUP_M, COMM_ROWS,
                     )  # fmt: skip
-
-
-@triton.jit
-def compute_tile(
-    a,
-    b,
-    out_block,
-    pid_m,
-    pid_n,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
-    heap_bases,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr,
-):
-    """Compute tile ``(pid_m, pid_n)`` (of ``BLOCK_M x BLOCK_N``) of ``A @ B`` into the local ``out_block``.
-
-    Example:
-        >>> compute_tile(a, b, block, pid_m, pid_n, M, N, K, K, 1, N, 1, N, 1, heap_bases, 128, 256, 64, True)
-    """
-    acc = traced_tile_gemm(
-        a, b, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, heap_bases,
-        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
-    )  # fmt: skip
-    offsets, mask = tile_offsets(pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
-    tl.store(out_block + offsets, acc.to(out_block.dtype.element_ty), mask=mask)
 
 
 @triton.jit

@@ -161,6 +161,41 @@ def tile_offsets(pid_m, pid_n, rows, cols, stride_m, stride_n, BLOCK_M: tl.const
 
 
 @triton.jit
+def compute_tile(
+    a,
+    b,
+    out_block,
+    pid_m,
+    pid_n,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    heap_bases,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
+    """Compute tile ``(pid_m, pid_n)`` (of ``BLOCK_M x BLOCK_N``) of ``A @ B`` into ``out_block`` (traced).
+
+    Example:
+        >>> compute_tile(a, b, block, pid_m, pid_n, M, N, K, K, 1, N, 1, N, 1, heap_bases, 128, 256, 64, True)
+    """
+    acc = traced_tile_gemm(
+        a, b, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, heap_bases,
+        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
+    )  # fmt: skip
+    offsets, mask = tile_offsets(pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+    tl.store(out_block + offsets, acc.to(out_block.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def matmul_kernel(
     a,
     b,
@@ -193,23 +228,7 @@ def matmul_kernel(
     num_pid_n = tl.cdiv(N, BLOCK_N)
     for tile_id in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = traced_tile_gemm(
-            a,
-            b,
-            pid_m,
-            pid_n,
-            M,
-            N,
-            K,
-            stride_am,
-            stride_ak,
-            stride_bk,
-            stride_bn,
-            heap_bases,
-            BLOCK_M,
-            BLOCK_N,
-            BLOCK_K,
-            EVEN_K,
-        )
-        offsets, mask = tile_offsets(pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
-        tl.store(c + offsets, acc.to(c.dtype.element_ty), mask=mask)
+        compute_tile(
+            a, b, c, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+            heap_bases, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
+        )  # fmt: skip

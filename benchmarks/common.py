@@ -1,4 +1,8 @@
-"""Timing shared by the multi-rank benchmarks: same iterations everywhere, max over ranks."""
+"""Timing and reports shared by the benchmarks: same iterations everywhere, max over ranks.
+
+Every helper also serves a single-process benchmark on one GPU (``ctx=None``, no
+process group): then there is no barrier and no rank to take the max over.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import triton
 def time_loop(ctx, fn, iters: int, warmup: int = 5, align: bool = False) -> float:
     """Seconds per call of ``fn``: warm-up, barrier, CUDA events around ``iters`` calls; max over ranks.
 
+    ``ctx=None``: one process, no barriers, this GPU's time.
+
     ``align`` (for collectives): one more call between the barrier and the start
     event. Ranks leave a host barrier tens of microseconds apart, and the first
     timed collective would make the earliest rank wait that long; after the
@@ -21,7 +27,8 @@ def time_loop(ctx, fn, iters: int, warmup: int = 5, align: bool = False) -> floa
     """
     for _ in range(warmup):
         fn()
-    ctx.barrier()
+    if ctx is not None:
+        ctx.barrier()
     if align:
         fn()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -31,6 +38,8 @@ def time_loop(ctx, fn, iters: int, warmup: int = 5, align: bool = False) -> floa
     stop.record()
     torch.cuda.synchronize()
     seconds = start.elapsed_time(stop) / 1e3 / iters
+    if ctx is None:
+        return seconds
     ctx.barrier()
     times = [None] * ctx.get_num_ranks()
     dist.all_gather_object(times, seconds)
@@ -59,6 +68,20 @@ def parse_configs(text: str) -> list[dict]:
     return configs
 
 
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """``"4096,2048,8192;1024,1024,1024"`` -> ``[(4096, 2048, 8192), (1024, 1024, 1024)]``."""
+    shapes = []
+    for item in text.split(";"):
+        m, n, k = (int(x) for x in item.split(","))
+        shapes.append((m, n, k))
+    return shapes
+
+
+def relative_error(got, expected) -> float:
+    """``|got - expected| / |expected|`` in fp32 (Frobenius norms)."""
+    return ((got.float() - expected.float()).norm() / expected.float().norm()).item()
+
+
 def all_ranks_agree(ok: bool) -> bool:
     """True only if ``ok`` is true on every rank."""
     flags = [None] * dist.get_world_size()
@@ -66,13 +89,17 @@ def all_ranks_agree(ok: bool) -> bool:
     return all(flags)
 
 
-def write_report(report: dict, path: str | None, world_size: int) -> None:
-    """Add the command, device and versions to ``report`` and write it as JSON (rank 0)."""
-    if dist.get_rank() != 0:
+def write_report(report: dict, path: str | None, world_size: int | None) -> None:
+    """Add the command, device and versions to ``report`` and write it as JSON (rank 0).
+
+    ``world_size=None``: a single-process benchmark, run with plain ``python``.
+    """
+    if world_size is not None and dist.get_rank() != 0:
         return
+    launcher = "python" if world_size is None else f"python -m iris.run -n {world_size}"
     report.update(
         {
-            "command": f"python -m iris.run -n {world_size} " + " ".join(sys.argv),
+            "command": f"{launcher} " + " ".join(sys.argv),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "emulated (CPU)",
             "torch": torch.__version__,
             "triton": triton.__version__,

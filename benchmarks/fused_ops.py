@@ -36,7 +36,7 @@ import time
 import torch
 import torch.distributed as dist
 import triton
-from common import all_ranks_agree, parse_configs, time_loop, write_report
+from common import all_ranks_agree, parse_configs, parse_shapes, relative_error, time_loop, write_report
 
 import iris
 from iris.ops import choose_variant, default_config
@@ -49,14 +49,6 @@ COPY_ENGINE_OPS = ("gemm_all_scatter", "matmul_reduce_scatter", "all_gather_matm
 FULL_M = (1024, 2048, 4096, 8192, 16384)
 FULL_NK = (4096, 8192, 14336)
 DEFAULT_SHAPES = [(m, n, k) for m in (1024, 4096, 16384) for n, k in ((8192, 8192), (14336, 4096))]
-
-
-def parse_shapes(text: str) -> list[tuple[int, int, int]]:
-    shapes = []
-    for item in text.split(";"):
-        m, n, k = (int(x) for x in item.split(","))
-        shapes.append((m, n, k))
-    return shapes
 
 
 class Problem:
@@ -161,10 +153,6 @@ class Problem:
             ctx.get_cu_count(),
             self.ops_name,
         )
-
-
-def relative_error(got, expected):
-    return ((got.float() - expected.float()).norm() / expected.float().norm()).item()
 
 
 def measure(ctx, problem, args):

@@ -21,16 +21,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import platform
 import random
 import statistics
-import sys
 import time
 
 import torch
 import triton
-from common import parse_configs
+from common import parse_configs, parse_shapes, relative_error, time_loop, write_report
 
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul_kernel
@@ -44,10 +41,6 @@ DEFAULT_SHAPES = [
 ]
 
 
-def parse_shapes(text: str) -> list[tuple[int, int, int]]:
-    return [tuple(int(x) for x in item.split(",")) for item in text.split(";")]
-
-
 def launch(a, b, c, config: FusedConfig, num_sms: int, untraced):
     # ``untraced``: a uint64 heap_bases, so no tracing is compiled in (nor read).
     M, K = a.shape
@@ -58,19 +51,6 @@ def launch(a, b, c, config: FusedConfig, num_sms: int, untraced):
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
         EVEN_K=K % config.block_k == 0, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
-
-
-def time_calls(fn, iters: int) -> float:
-    """Milliseconds per call: two warm-up calls, then CUDA events around ``iters`` calls."""
-    fn()
-    fn()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) / iters
 
 
 def measure_shape(shape, configs, args, num_sms: int) -> dict:
@@ -86,7 +66,7 @@ def measure_shape(shape, configs, args, num_sms: int) -> dict:
         c.fill_(float("nan"))
         kernel = launch(a, b, c, config, num_sms, untraced)
         torch.cuda.synchronize()
-        errors[way] = ((c.float() - expected.float()).norm() / expected.float().norm()).item()
+        errors[way] = relative_error(c, expected)
         compiled[way] = {"registers": kernel.n_regs, "spills": kernel.n_spills}
         ways[way] = lambda config=config: launch(a, b, c, config, num_sms, untraced)
     order = list(ways)
@@ -95,7 +75,7 @@ def measure_shape(shape, configs, args, num_sms: int) -> dict:
     for _ in range(args.trials):
         rng.shuffle(order)
         for way in order:
-            trials[way].append(time_calls(ways[way], args.iters))
+            trials[way].append(time_loop(None, ways[way], args.iters, warmup=2) * 1e3)
     ms = {way: statistics.median(times) for way, times in trials.items()}
     flops = 2.0 * M * N * K
     return {
@@ -150,15 +130,8 @@ def main():
         "configs": {name: dataclasses.asdict(config) for name, config in configs.items()},
         "results": rows,
         "seconds": time.time() - started,
-        "command": "python " + " ".join(sys.argv),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
     }
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
+    write_report(report, args.out, None)
 
 
 if __name__ == "__main__":

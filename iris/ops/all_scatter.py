@@ -246,10 +246,23 @@ def unit_tile(unit, split_from):
 
 
 @triton.jit
+def unit_coords(unit, split_from, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """``(pid_m, pid_n, half)`` of work unit ``unit``: its tile's place (:func:`tile_coords`) and half.
+
+    Example:
+        >>> pid_m, pid_n, half = unit_coords(unit, split_from, tl.cdiv(M, 128), tl.cdiv(N, 256), 8)
+    """
+    tile, half = unit_tile(unit, split_from)
+    pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+    return pid_m, pid_n, half
+
+
+@triton.jit
 def push_unit(
     out_block,
-    unit,
-    split_from,
+    pid_m,
+    pid_n,
+    half,
     M,
     N,
     stride_cm,
@@ -259,16 +272,14 @@ def push_unit(
     heap_bases,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    GROUP_M: tl.constexpr,
     COMM_ROWS: tl.constexpr,
 ):
-    """:func:`push_tile` for work unit ``unit`` (a whole tile, or half of one; see :func:`unit_tile`).
+    """:func:`push_tile` for tile ``(pid_m, pid_n)`` whole (``half < 0``) or its half ``half`` only.
 
     Example:
-        >>> push_unit(block, unit, split_from, M, N, N, 1, rank, world, heap_bases, 128, 256, 8, 16)
+        >>> pid_m, pid_n, half = unit_coords(unit, split_from, num_pid_m, num_pid_n, 8)
+        >>> push_unit(block, pid_m, pid_n, half, M, N, N, 1, rank, world, heap_bases, 128, 256, 16)
     """
-    tile, half = unit_tile(unit, split_from)
-    pid_m, pid_n = tile_coords(tile, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     if half < 0:
         push_tile(
             out_block, pid_m, pid_n, M, N, stride_cm, stride_cn, cur_rank, world_size, heap_bases,
@@ -336,9 +347,8 @@ def push_claimed_tiles(
     # Relaxed: a ticket orders nothing, the flag's acquire does.
     unit = tl.atomic_add(tickets, 1, sem="relaxed", scope="gpu")
     while unit < units:
+        pid_m, pid_n, half = unit_coords(unit, split_from, num_pid_m, num_pid_n, GROUP_M)
         if (pid >= gemm_programs) | (unit % tl.maximum(gemm_programs, 1) < pid):
-            tile, _ = unit_tile(unit, split_from)
-            pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
             rma.wait_until(
                 flags + unit,
                 "ge",
@@ -351,8 +361,8 @@ def push_claimed_tiles(
             )
         if claim_tile(flags, unit, computed):
             push_unit(
-                out_block, unit, split_from, M, N, stride_cm, stride_cn, cur_rank, world_size, heap_bases,
-                BLOCK_M, BLOCK_N, GROUP_M, COMM_ROWS,
+                out_block, pid_m, pid_n, half, M, N, stride_cm, stride_cn, cur_rank, world_size, heap_bases,
+                BLOCK_M, BLOCK_N, COMM_ROWS,
             )  # fmt: skip
         unit = tl.atomic_add(tickets, 1, sem="relaxed", scope="gpu")
 
@@ -393,13 +403,12 @@ def sweep_passed_tiles(
         seen = tl.load(flags + ids, mask=ids < units, other=computed + 1, volatile=True)
         if tl.min(seen, axis=0) <= computed:
             for unit in range(chunk, tl.minimum(chunk + step * SWEEP, units), step):
-                tile, _ = unit_tile(unit, split_from)
-                pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+                pid_m, pid_n, half = unit_coords(unit, split_from, num_pid_m, num_pid_n, GROUP_M)
                 rma.wait_until(flags + unit, "ge", computed, "gpu", heap_bases, pid_m=pid_m, pid_n=pid_n)
                 if claim_tile(flags, unit, computed):
                     push_unit(
-                        out_block, unit, split_from, M, N, stride_cm, stride_cn, cur_rank, world_size,
-                        heap_bases, BLOCK_M, BLOCK_N, GROUP_M, COMM_ROWS,
+                        out_block, pid_m, pid_n, half, M, N, stride_cm, stride_cn, cur_rank, world_size,
+                        heap_bases, BLOCK_M, BLOCK_N, COMM_ROWS,
                     )  # fmt: skip
 
 
@@ -451,8 +460,7 @@ def produce_tiles(
         )  # fmt: skip
         signal_unit(flags, unit, computed, cur_rank, heap_bases, pid_m, pid_n)
     for unit in range(split_from + first, 2 * num_pid_m * num_pid_n - split_from, step):
-        tile, half = unit_tile(unit, split_from)
-        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n, half = unit_coords(unit, split_from, num_pid_m, num_pid_n, GROUP_M)
         compute_tile(
             a, b, out_block, pid_m, 2 * pid_n + half, M, N, K, stride_am, stride_ak, stride_bk,
             stride_bn, stride_cm, stride_cn, heap_bases, BLOCK_M, BLOCK_N // 2, BLOCK_K, EVEN_K,

@@ -37,6 +37,23 @@ def get_kernel(src, dst, n, cur_rank, peer, heap_bases, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def put_hinted_kernel(src, dst, n, cur_rank, peer, heap_bases, BLOCK: tl.constexpr):
+    # Upstream Iris's spelling: a vectorisation hint and a cache modifier on the remote store.
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    iris.put(
+        src + offsets,
+        dst + offsets,
+        cur_rank,
+        peer,
+        heap_bases,
+        mask=mask,
+        store_cache_modifier=".wt",
+        hint=16,
+    )
+
+
+@triton.jit
 def put_without_tracing(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
     # iris.put as it was before tracing existed: the same translation, no tracing calls.
     remote = iris.translate(to_ptr, from_rank, to_rank, heap_bases, mask, "iris.put")
@@ -93,6 +110,11 @@ KERNELS = {
     "put_traced": (put_kernel, {**PUT_SIGNATURE, "heap_bases": "*i64"}, {"BLOCK": 4096}),
     "put": (
         put_kernel,
+        {"src": "*fp32", "dst": "*fp32", "n": "i32", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"},
+        {"BLOCK": 4096},
+    ),
+    "put_hinted": (
+        put_hinted_kernel,
         {"src": "*fp32", "dst": "*fp32", "n": "i32", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"},
         {"BLOCK": 4096},
     ),

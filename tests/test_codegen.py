@@ -5,6 +5,8 @@ import re
 import pytest
 from offline import run_cuda_script
 
+pytestmark = pytest.mark.codegen
+
 
 @pytest.fixture(scope="module")
 def ptx_report() -> dict[str, str]:
@@ -16,6 +18,10 @@ def ptx_report() -> dict[str, str]:
 def test_translated_accesses_stay_16_byte_vectors(ptx_report, kernel):
     assert re.search(r"'ld\.global\.v4\.b32': 8", ptx_report[kernel]), ptx_report[kernel]
     assert re.search(r"'st\.global\.v4\.b32': 8", ptx_report[kernel]), ptx_report[kernel]
+
+
+def test_hint_and_cache_modifier_reach_the_remote_store(ptx_report):
+    assert re.search(r"'st\.global\.wt\.v4\.b32': 8", ptx_report["put_hinted"]), ptx_report["put_hinted"]
 
 
 def test_default_atomics_and_flag_reads_are_system_scope(ptx_report):

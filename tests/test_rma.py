@@ -98,6 +98,62 @@ def load_other_kernel(source, out, n, cur_rank, peer, heap_bases, BLOCK: tl.cons
     tl.store(out + offsets, values)
 
 
+@triton.jit
+def upstream_keywords_kernel(source, out, n, cur_rank, peer, heap_bases, BLOCK: tl.constexpr):
+    # Upstream Iris's newer keyword arguments: cache modifiers, volatile, other, hint.
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < n
+    loaded = iris.load(
+        source + offsets, cur_rank, peer, heap_bases, mask=mask, other=-1, cache_modifier=".cg", hint=16
+    )
+    tl.store(out + offsets, loaded)
+    iris.store(
+        out + BLOCK + offsets, loaded, cur_rank, peer, heap_bases, mask=mask, hint=16, cache_modifier=".wt"
+    )
+    iris.get(
+        source + offsets,
+        out + 2 * BLOCK + offsets,
+        peer,
+        cur_rank,
+        heap_bases,
+        mask=mask,
+        other=0,
+        load_cache_modifier=".cg",
+        store_cache_modifier=".wb",
+        hint=16,
+    )
+    iris.put(source + offsets, out + 3 * BLOCK + offsets, cur_rank, peer, heap_bases, mask=mask, hint=16)
+    iris.copy(
+        source + offsets, out + 4 * BLOCK + offsets, peer, peer, cur_rank, heap_bases, mask=mask, hint=16
+    )
+    volatile = iris.load(source + offsets, cur_rank, cur_rank, heap_bases, mask=mask, other=-1, volatile=True)
+    tl.store(out + 5 * BLOCK + offsets, volatile)
+    iris.atomic_add(out + 6 * BLOCK + offsets, 1, cur_rank, peer, heap_bases, mask=mask, hint=16)
+
+
+def _upstream_keywords_body(rank, world_size):
+    block, n = 64, 40
+    peer, sender = (rank + 1) % world_size, (rank - 1) % world_size
+    with iris.iris(1 << 22) as ctx:
+        source = ctx.empty(block, dtype=torch.int32)
+        source.copy_(rank_data(rank, 4, torch.int32, block))
+        out = ctx.full((7, block), -7, dtype=torch.int32)
+        out[6].zero_()
+        ctx.barrier()
+        upstream_keywords_kernel[(1,)](source, out, n, rank, peer, ctx.get_heap_bases(), BLOCK=block)
+        ctx.barrier()
+        out = out.cpu()
+        mine, peers, senders = (rank_data(r, 4, torch.int32, block)[:n] for r in (rank, peer, sender))
+        assert torch.equal(out[0, :n], peers) and (out[0, n:] == -1).all()  # loaded, other=-1 past n
+        assert torch.equal(out[1, :n], rank_data((sender + 1) % world_size, 4, torch.int32, block)[:n])
+        assert torch.equal(out[2, :n], peers) and (out[2, n:] == -7).all()  # get leaves masked lanes
+        assert torch.equal(out[3, :n], senders) and (out[3, n:] == -7).all()
+        assert torch.equal(out[4, :n], rank_data((sender + 1) % world_size, 4, torch.int32, block)[:n])
+        assert torch.equal(out[5, :n], mine) and (out[5, n:] == -1).all()
+        assert (out[6, :n] == 1).all() and (out[6, n:] == 0).all()
+        ctx.barrier()
+
+
 def _setup(ctx, rank, world_size, dtype, salt):
     source = ctx.empty(N, dtype=dtype)
     source.copy_(rank_data(rank, salt, dtype))
@@ -173,6 +229,10 @@ def test_push_ops_write_every_rank(world, op, dtype):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int64], ids=str)
 def test_copy_between_two_other_ranks(world, dtype):
     world.run(_copy_body, str(dtype).split(".")[1])
+
+
+def test_upstream_keyword_arguments_give_the_same_results(world):
+    world.run(_upstream_keywords_body)
 
 
 def test_load_fills_masked_lanes_with_other(world):

@@ -124,36 +124,125 @@ class DeviceContext:
         tracing.trace_end(self.heap_bases, start, scope, self.pid_m, self.pid_n)
 
     @triton.jit
-    def load(self, pointer, from_rank, mask=None, other=None):
-        """Load from ``from_rank``'s copy of ``pointer``."""
+    def load(
+        self,
+        pointer,
+        from_rank,
+        mask=None,
+        other=None,
+        cache_modifier: tl.constexpr = tl.constexpr(""),
+        volatile: tl.constexpr = tl.constexpr(False),
+        hint: tl.constexpr = None,
+    ):
+        """Load from ``from_rank``'s copy of ``pointer``; see :func:`iris.load`."""
         return rma.load(
-            pointer, self.rank, from_rank, self.heap_bases, mask, other, pid_m=self.pid_m, pid_n=self.pid_n
+            pointer,
+            self.rank,
+            from_rank,
+            self.heap_bases,
+            mask,
+            other,
+            cache_modifier,
+            volatile,
+            hint,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
         )
 
     @triton.jit
-    def store(self, pointer, value, to_rank, mask=None):
-        """Store ``value`` into ``to_rank``'s copy of ``pointer``."""
+    def store(
+        self,
+        pointer,
+        value,
+        to_rank,
+        mask=None,
+        cache_modifier: tl.constexpr = tl.constexpr(""),
+        hint: tl.constexpr = None,
+    ):
+        """Store ``value`` into ``to_rank``'s copy of ``pointer``; see :func:`iris.store`."""
         rma.store(
-            pointer, value, self.rank, to_rank, self.heap_bases, mask, pid_m=self.pid_m, pid_n=self.pid_n
+            pointer,
+            value,
+            self.rank,
+            to_rank,
+            self.heap_bases,
+            mask,
+            hint,
+            cache_modifier,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
         )
 
     @triton.jit
-    def get(self, from_ptr, to_ptr, from_rank, mask=None):
-        """Copy ``from_rank``'s ``from_ptr`` into this rank's ``to_ptr``."""
+    def get(
+        self,
+        from_ptr,
+        to_ptr,
+        from_rank,
+        mask=None,
+        other=None,
+        load_cache_modifier: tl.constexpr = tl.constexpr(""),
+        store_cache_modifier: tl.constexpr = tl.constexpr(""),
+        hint: tl.constexpr = None,
+    ):
+        """Copy ``from_rank``'s ``from_ptr`` into this rank's ``to_ptr``; see :func:`iris.get`."""
         rma.get(
-            from_ptr, to_ptr, from_rank, self.rank, self.heap_bases, mask, pid_m=self.pid_m, pid_n=self.pid_n
+            from_ptr,
+            to_ptr,
+            from_rank,
+            self.rank,
+            self.heap_bases,
+            mask,
+            other,
+            load_cache_modifier,
+            store_cache_modifier,
+            hint,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
         )
 
     @triton.jit
-    def put(self, from_ptr, to_ptr, to_rank, mask=None):
-        """Copy this rank's ``from_ptr`` into ``to_rank``'s ``to_ptr``."""
+    def put(
+        self,
+        from_ptr,
+        to_ptr,
+        to_rank,
+        mask=None,
+        other=None,
+        load_cache_modifier: tl.constexpr = tl.constexpr(""),
+        store_cache_modifier: tl.constexpr = tl.constexpr(""),
+        hint: tl.constexpr = None,
+    ):
+        """Copy this rank's ``from_ptr`` into ``to_rank``'s ``to_ptr``; see :func:`iris.put`."""
         rma.put(
-            from_ptr, to_ptr, self.rank, to_rank, self.heap_bases, mask, pid_m=self.pid_m, pid_n=self.pid_n
+            from_ptr,
+            to_ptr,
+            self.rank,
+            to_rank,
+            self.heap_bases,
+            mask,
+            other,
+            load_cache_modifier,
+            store_cache_modifier,
+            hint,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
         )
 
     @triton.jit
-    def copy(self, src_ptr, dst_ptr, from_rank, to_rank, mask=None):
-        """Copy ``from_rank``'s ``src_ptr`` into ``to_rank``'s ``dst_ptr``."""
+    def copy(
+        self,
+        src_ptr,
+        dst_ptr,
+        from_rank,
+        to_rank,
+        mask=None,
+        other=None,
+        load_cache_modifier: tl.constexpr = tl.constexpr(""),
+        store_cache_modifier: tl.constexpr = tl.constexpr(""),
+        hint: tl.constexpr = None,
+    ):
+        """Copy ``from_rank``'s ``src_ptr`` into ``to_rank``'s ``dst_ptr``; see :func:`iris.copy`."""
         rma.copy(
             src_ptr,
             dst_ptr,
@@ -162,6 +251,10 @@ class DeviceContext:
             self.rank,
             self.heap_bases,
             mask,
+            other,
+            load_cache_modifier,
+            store_cache_modifier,
+            hint,
             pid_m=self.pid_m,
             pid_n=self.pid_n,
         )
@@ -175,6 +268,7 @@ class DeviceContext:
         mask=None,
         sem: tl.constexpr = tl.constexpr("acq_rel"),
         scope: tl.constexpr = tl.constexpr("sys"),
+        hint: tl.constexpr = None,
     ):
         """Atomic add on ``to_rank``'s copy of ``pointer``; returns the old value."""
         return rma.atomic_add(
@@ -186,6 +280,7 @@ class DeviceContext:
             mask,
             sem,
             scope,
+            hint,
             pid_m=self.pid_m,
             pid_n=self.pid_n,
         )
@@ -199,6 +294,7 @@ class DeviceContext:
         mask=None,
         sem: tl.constexpr = tl.constexpr("acq_rel"),
         scope: tl.constexpr = tl.constexpr("sys"),
+        hint: tl.constexpr = None,
     ):
         """Atomic subtract on ``to_rank``'s copy of ``pointer``; returns the old value."""
         return rma.atomic_sub(
@@ -210,6 +306,7 @@ class DeviceContext:
             mask,
             sem,
             scope,
+            hint,
             pid_m=self.pid_m,
             pid_n=self.pid_n,
         )
@@ -223,6 +320,7 @@ class DeviceContext:
         mask=None,
         sem: tl.constexpr = tl.constexpr("acq_rel"),
         scope: tl.constexpr = tl.constexpr("sys"),
+        hint: tl.constexpr = None,
     ):
         """Atomic exchange on ``to_rank``'s copy of ``pointer``; returns the old value."""
         return rma.atomic_xchg(
@@ -234,6 +332,7 @@ class DeviceContext:
             mask,
             sem,
             scope,
+            hint,
             pid_m=self.pid_m,
             pid_n=self.pid_n,
         )
@@ -247,6 +346,7 @@ class DeviceContext:
         mask=None,
         sem: tl.constexpr = tl.constexpr("acq_rel"),
         scope: tl.constexpr = tl.constexpr("sys"),
+        hint: tl.constexpr = None,
     ):
         """Atomic xor on ``to_rank``'s copy of ``pointer``; returns the old value."""
         return rma.atomic_xor(
@@ -258,6 +358,7 @@ class DeviceContext:
             mask,
             sem,
             scope,
+            hint,
             pid_m=self.pid_m,
             pid_n=self.pid_n,
         )
@@ -271,6 +372,7 @@ class DeviceContext:
         mask=None,
         sem: tl.constexpr = tl.constexpr("acq_rel"),
         scope: tl.constexpr = tl.constexpr("sys"),
+        hint: tl.constexpr = None,
     ):
         """Atomic and on ``to_rank``'s copy of ``pointer``; returns the old value."""
         return rma.atomic_and(
@@ -282,6 +384,7 @@ class DeviceContext:
             mask,
             sem,
             scope,
+            hint,
             pid_m=self.pid_m,
             pid_n=self.pid_n,
         )
@@ -295,6 +398,7 @@ class DeviceContext:
         mask=None,
         sem: tl.constexpr = tl.constexpr("acq_rel"),
         scope: tl.constexpr = tl.constexpr("sys"),
+        hint: tl.constexpr = None,
     ):
         """Atomic or on ``to_rank``'s copy of ``pointer``; returns the old value."""
         return rma.atomic_or(
@@ -306,6 +410,7 @@ class DeviceContext:
             mask,
             sem,
             scope,
+            hint,
             pid_m=self.pid_m,
             pid_n=self.pid_n,
         )
@@ -319,6 +424,7 @@ class DeviceContext:
         mask=None,
         sem: tl.constexpr = tl.constexpr("acq_rel"),
         scope: tl.constexpr = tl.constexpr("sys"),
+        hint: tl.constexpr = None,
     ):
         """Atomic min on ``to_rank``'s copy of ``pointer``; returns the old value."""
         return rma.atomic_min(
@@ -330,6 +436,7 @@ class DeviceContext:
             mask,
             sem,
             scope,
+            hint,
             pid_m=self.pid_m,
             pid_n=self.pid_n,
         )
@@ -343,6 +450,7 @@ class DeviceContext:
         mask=None,
         sem: tl.constexpr = tl.constexpr("acq_rel"),
         scope: tl.constexpr = tl.constexpr("sys"),
+        hint: tl.constexpr = None,
     ):
         """Atomic max on ``to_rank``'s copy of ``pointer``; returns the old value."""
         return rma.atomic_max(
@@ -354,6 +462,7 @@ class DeviceContext:
             mask,
             sem,
             scope,
+            hint,
             pid_m=self.pid_m,
             pid_n=self.pid_n,
         )
@@ -367,6 +476,7 @@ class DeviceContext:
         to_rank,
         sem: tl.constexpr = tl.constexpr("acq_rel"),
         scope: tl.constexpr = tl.constexpr("sys"),
+        hint: tl.constexpr = None,
     ):
         """Compare-and-swap on ``to_rank``'s copy of ``pointer``; returns the old value."""
         return rma.atomic_cas(
@@ -378,6 +488,7 @@ class DeviceContext:
             self.heap_bases,
             sem,
             scope,
+            hint,
             pid_m=self.pid_m,
             pid_n=self.pid_n,
         )

@@ -50,9 +50,20 @@ def _check_in_heap(ptr, local_rank, heap_bases, mask, op: tl.constexpr):
 
 @triton.jit
 def translate(
-    ptr, local_rank, remote_rank, heap_bases, mask=None, op: tl.constexpr = tl.constexpr("iris.translate")
+    ptr,
+    local_rank,
+    remote_rank,
+    heap_bases,
+    mask=None,
+    op: tl.constexpr = tl.constexpr("iris.translate"),
+    hint: tl.constexpr = None,
 ):
     """Map ``ptr`` (in ``local_rank``'s heap) to the same object in ``remote_rank``'s heap.
+
+    The result keeps the alignment and contiguity Triton knows of ``ptr``, so 16-byte
+    vector accesses stay 16-byte after translation. ``hint`` (an int, or a tuple for
+    N-D blocks) states more: the translated pointer is a multiple of it and runs
+    contiguously for that many elements (``tl.multiple_of`` / ``tl.max_contiguous``).
 
     Example:
         >>> remote = iris.translate(buf + offs, rank, peer, heap_bases)
@@ -64,81 +75,165 @@ def translate(
         _check_in_heap(ptr, local_rank, heap_bases, mask, op)
     local_base = tl.load(heap_bases + local_rank).to(tl.int64, bitcast=True)
     remote_base = tl.load(heap_bases + remote_rank).to(tl.int64, bitcast=True)
-    # Both bases are page aligned, so the distance keeps the pointer's alignment
-    # and Triton still emits 16-byte vector accesses after translation.
-    distance = tl.multiple_of(remote_base - local_base, HEAP_BASE_ALIGNMENT)
-    byte_ptr = ptr.to(tl.pointer_type(tl.int8), bitcast=True)
-    return (byte_ptr + distance).to(ptr.dtype, bitcast=True)
+    # The distance is counted in elements and added to the typed pointer: Triton's
+    # alignment analysis then carries the pointer's divisibility and contiguity through
+    # (both bases are page aligned). Byte arithmetic through an int8 pointer and back
+    # loses them on Triton 3.9, which turns 16-byte accesses into 4-byte ones.
+    BITS: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth
+    # log2 of the element's bytes (1 to 16); the distance is a whole number of elements,
+    # so an arithmetic shift divides it exactly, for one instruction.
+    SHIFT: tl.constexpr = (BITS > 8) + (BITS > 16) + (BITS > 32) + (BITS > 64)
+    distance = tl.multiple_of((remote_base - local_base) >> SHIFT, HEAP_BASE_ALIGNMENT >> SHIFT)
+    remote = ptr + distance
+    if hint is not None:
+        remote = tl.max_contiguous(tl.multiple_of(remote, hint), hint)
+    return remote
 
 
 @triton.jit
-def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, pid_m=-1, pid_n=-1):
+def load(
+    pointer,
+    to_rank,
+    from_rank,
+    heap_bases,
+    mask=None,
+    other=None,
+    cache_modifier: tl.constexpr = tl.constexpr(""),
+    volatile: tl.constexpr = tl.constexpr(False),
+    hint: tl.constexpr = None,
+    pid_m=-1,
+    pid_n=-1,
+):
     """Load from ``from_rank``'s heap at the address ``pointer`` has in ``to_rank`` (the caller).
+
+    ``cache_modifier`` and ``volatile`` go to ``tl.load``; ``hint`` to :func:`translate`.
 
     Example:
         >>> data = iris.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n)
     """
     start = tracing.begin(heap_bases)
-    remote = translate(pointer, to_rank, from_rank, heap_bases, mask, "iris.load")
-    result = tl.load(remote, mask=mask, other=other)
+    remote = translate(pointer, to_rank, from_rank, heap_bases, mask, "iris.load", hint)
+    result = tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
     tracing.end(heap_bases, start, tracing.LOAD, from_rank, pointer, mask, 0, pid_m, pid_n)
     flight.record_data(heap_bases, tracing.LOAD, from_rank, pointer, mask, start)
     return result
 
 
 @triton.jit
-def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, pid_m=-1, pid_n=-1):
+def store(
+    pointer,
+    value,
+    from_rank,
+    to_rank,
+    heap_bases,
+    mask=None,
+    hint: tl.constexpr = None,
+    cache_modifier: tl.constexpr = tl.constexpr(""),
+    pid_m=-1,
+    pid_n=-1,
+):
     """Store ``value`` into ``to_rank``'s heap at the address ``pointer`` has in ``from_rank`` (the caller).
+
+    ``cache_modifier`` goes to ``tl.store``; ``hint`` to :func:`translate`.
 
     Example:
         >>> iris.store(buf + offs, values, cur_rank, peer, heap_bases, mask=offs < n)
     """
     start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.store")
-    tl.store(remote, value, mask=mask)
+    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.store", hint)
+    tl.store(remote, value, mask=mask, cache_modifier=cache_modifier)
     tracing.end(heap_bases, start, tracing.STORE, to_rank, pointer, mask, 0, pid_m, pid_n)
     flight.record_data(heap_bases, tracing.STORE, to_rank, pointer, mask, start)
 
 
 @triton.jit
-def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, pid_m=-1, pid_n=-1):
+def get(
+    from_ptr,
+    to_ptr,
+    from_rank,
+    to_rank,
+    heap_bases,
+    mask=None,
+    other=None,
+    load_cache_modifier: tl.constexpr = tl.constexpr(""),
+    store_cache_modifier: tl.constexpr = tl.constexpr(""),
+    hint: tl.constexpr = None,
+    pid_m=-1,
+    pid_n=-1,
+):
     """Copy from ``from_rank``'s heap (at ``from_ptr``) into the caller's (``to_rank``) ``to_ptr``.
+
+    Masked-off elements read ``other``. The cache modifiers go to the remote load and
+    the local store; ``hint`` to :func:`translate`.
 
     Example:
         >>> iris.get(src + offs, dst + offs, peer, cur_rank, heap_bases, mask=offs < n)
     """
     start = tracing.begin(heap_bases)
-    remote = translate(from_ptr, to_rank, from_rank, heap_bases, mask, "iris.get")
-    tl.store(to_ptr, tl.load(remote, mask=mask), mask=mask)
+    remote = translate(from_ptr, to_rank, from_rank, heap_bases, mask, "iris.get", hint)
+    data = tl.load(remote, mask=mask, other=other, cache_modifier=load_cache_modifier)
+    tl.store(to_ptr, data, mask=mask, cache_modifier=store_cache_modifier)
     tracing.end(heap_bases, start, tracing.GET, from_rank, from_ptr, mask, 0, pid_m, pid_n)
     flight.record_data(heap_bases, tracing.GET, from_rank, from_ptr, mask, start)
 
 
 @triton.jit
-def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, pid_m=-1, pid_n=-1):
+def put(
+    from_ptr,
+    to_ptr,
+    from_rank,
+    to_rank,
+    heap_bases,
+    mask=None,
+    other=None,
+    load_cache_modifier: tl.constexpr = tl.constexpr(""),
+    store_cache_modifier: tl.constexpr = tl.constexpr(""),
+    hint: tl.constexpr = None,
+    pid_m=-1,
+    pid_n=-1,
+):
     """Copy the caller's (``from_rank``) ``from_ptr`` into ``to_rank``'s heap at ``to_ptr``.
+
+    The cache modifiers go to the local load and the remote store; ``hint`` to
+    :func:`translate`.
 
     Example:
         >>> iris.put(src + offs, dst + offs, cur_rank, peer, heap_bases, mask=offs < n)
     """
     start = tracing.begin(heap_bases)
-    remote = translate(to_ptr, from_rank, to_rank, heap_bases, mask, "iris.put")
-    tl.store(remote, tl.load(from_ptr, mask=mask), mask=mask)
+    remote = translate(to_ptr, from_rank, to_rank, heap_bases, mask, "iris.put", hint)
+    data = tl.load(from_ptr, mask=mask, other=other, cache_modifier=load_cache_modifier)
+    tl.store(remote, data, mask=mask, cache_modifier=store_cache_modifier)
     tracing.end(heap_bases, start, tracing.PUT, to_rank, to_ptr, mask, 0, pid_m, pid_n)
     flight.record_data(heap_bases, tracing.PUT, to_rank, to_ptr, mask, start)
 
 
 @triton.jit
-def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None, pid_m=-1, pid_n=-1):
+def copy(
+    src_ptr,
+    dst_ptr,
+    from_rank,
+    to_rank,
+    cur_rank,
+    heap_bases,
+    mask=None,
+    other=None,
+    load_cache_modifier: tl.constexpr = tl.constexpr(""),
+    store_cache_modifier: tl.constexpr = tl.constexpr(""),
+    hint: tl.constexpr = None,
+    pid_m=-1,
+    pid_n=-1,
+):
     """Copy ``from_rank``'s ``src_ptr`` to ``to_rank``'s ``dst_ptr``; both pointers are ``cur_rank``'s.
 
     Example:
         >>> iris.copy(src + offs, dst + offs, peer_a, peer_b, cur_rank, heap_bases)
     """
     start = tracing.begin(heap_bases)
-    source = translate(src_ptr, cur_rank, from_rank, heap_bases, mask, "iris.copy")
-    target = translate(dst_ptr, cur_rank, to_rank, heap_bases, mask, "iris.copy")
-    tl.store(target, tl.load(source, mask=mask), mask=mask)
+    source = translate(src_ptr, cur_rank, from_rank, heap_bases, mask, "iris.copy", hint)
+    target = translate(dst_ptr, cur_rank, to_rank, heap_bases, mask, "iris.copy", hint)
+    data = tl.load(source, mask=mask, other=other, cache_modifier=load_cache_modifier)
+    tl.store(target, data, mask=mask, cache_modifier=store_cache_modifier)
     tracing.end(heap_bases, start, tracing.COPY, to_rank, dst_ptr, mask, 0, pid_m, pid_n)
     flight.record_data(heap_bases, tracing.COPY, to_rank, dst_ptr, mask, start)
 
@@ -155,12 +250,13 @@ def _atomic_rmw(
     mask,
     sem: tl.constexpr,
     scope: tl.constexpr,
+    hint: tl.constexpr,
     pid_m,
     pid_n,
 ):
     # The one body behind every atomic_<op>: translate, apply ``op`` remotely, trace.
     start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_" + op)
+    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_" + op, hint)
     if op == "add":
         old = tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
     elif op == "sub":
@@ -193,6 +289,7 @@ def atomic_add(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    hint: tl.constexpr = None,
     pid_m=-1,
     pid_n=-1,
 ):
@@ -212,6 +309,7 @@ def atomic_add(
         mask,
         sem,
         scope,
+        hint,
         pid_m,
         pid_n,
     )
@@ -227,6 +325,7 @@ def atomic_sub(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    hint: tl.constexpr = None,
     pid_m=-1,
     pid_n=-1,
 ):
@@ -246,6 +345,7 @@ def atomic_sub(
         mask,
         sem,
         scope,
+        hint,
         pid_m,
         pid_n,
     )
@@ -261,6 +361,7 @@ def atomic_xchg(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    hint: tl.constexpr = None,
     pid_m=-1,
     pid_n=-1,
 ):
@@ -280,6 +381,7 @@ def atomic_xchg(
         mask,
         sem,
         scope,
+        hint,
         pid_m,
         pid_n,
     )
@@ -295,6 +397,7 @@ def atomic_xor(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    hint: tl.constexpr = None,
     pid_m=-1,
     pid_n=-1,
 ):
@@ -314,6 +417,7 @@ def atomic_xor(
         mask,
         sem,
         scope,
+        hint,
         pid_m,
         pid_n,
     )
@@ -329,6 +433,7 @@ def atomic_and(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    hint: tl.constexpr = None,
     pid_m=-1,
     pid_n=-1,
 ):
@@ -348,6 +453,7 @@ def atomic_and(
         mask,
         sem,
         scope,
+        hint,
         pid_m,
         pid_n,
     )
@@ -363,6 +469,7 @@ def atomic_or(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    hint: tl.constexpr = None,
     pid_m=-1,
     pid_n=-1,
 ):
@@ -372,7 +479,19 @@ def atomic_or(
         >>> old = iris.atomic_or(bits, 1 << cur_rank, cur_rank, peer, heap_bases)
     """
     return _atomic_rmw(
-        "or", tracing.ATOMIC_OR, pointer, val, from_rank, to_rank, heap_bases, mask, sem, scope, pid_m, pid_n
+        "or",
+        tracing.ATOMIC_OR,
+        pointer,
+        val,
+        from_rank,
+        to_rank,
+        heap_bases,
+        mask,
+        sem,
+        scope,
+        hint,
+        pid_m,
+        pid_n,
     )
 
 
@@ -386,6 +505,7 @@ def atomic_min(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    hint: tl.constexpr = None,
     pid_m=-1,
     pid_n=-1,
 ):
@@ -405,6 +525,7 @@ def atomic_min(
         mask,
         sem,
         scope,
+        hint,
         pid_m,
         pid_n,
     )
@@ -420,6 +541,7 @@ def atomic_max(
     mask=None,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    hint: tl.constexpr = None,
     pid_m=-1,
     pid_n=-1,
 ):
@@ -439,6 +561,7 @@ def atomic_max(
         mask,
         sem,
         scope,
+        hint,
         pid_m,
         pid_n,
     )
@@ -454,6 +577,7 @@ def atomic_cas(
     heap_bases,
     sem: tl.constexpr = tl.constexpr("acq_rel"),
     scope: tl.constexpr = tl.constexpr("sys"),
+    hint: tl.constexpr = None,
     pid_m=-1,
     pid_n=-1,
 ):
@@ -463,7 +587,7 @@ def atomic_cas(
         >>> old = iris.atomic_cas(lock, 0, 1, cur_rank, peer, heap_bases)
     """
     start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, None, "iris.atomic_cas")
+    remote = translate(pointer, from_rank, to_rank, heap_bases, None, "iris.atomic_cas", hint)
     old = tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
     tracing.end(heap_bases, start, tracing.ATOMIC_CAS, to_rank, pointer, None, val, pid_m, pid_n)
     flight.record(heap_bases, tracing.ATOMIC_CAS, 0, to_rank, pointer, val, cmp, start)

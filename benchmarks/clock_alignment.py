@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import triton
 import triton.language as tl
-from common import write_report
+from common import require_own_gpu, write_report
 
 import iris
 from iris_trace.events import EVENT_NAMES
@@ -56,6 +56,7 @@ def main():
     args = parser.parse_args()
     started = time.time()
     ctx = iris.iris(heap_size=1 << 30)
+    require_own_gpu(ctx)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     data = ctx.randn(256)
     flag, ack = ctx.zeros(world, dtype=torch.int32), ctx.zeros(world, dtype=torch.int32)

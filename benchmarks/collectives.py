@@ -30,7 +30,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from common import all_ranks_agree, median_of_trials, parse_configs, write_report
+from common import all_ranks_agree, median_of_trials, parse_configs, require_own_gpu, write_report
 
 import iris
 from iris.ccl import CollectiveError, Config
@@ -180,6 +180,7 @@ def main():
 
     max_bytes = args.max_mib << 20
     ctx = iris.iris(2 * max_bytes + (512 << 20))  # room for full-size low-latency and push slots
+    require_own_gpu(ctx)
     world = ctx.get_num_ranks()
     dtype = torch.float32
     heap_in = ctx.empty(max_bytes // 4, dtype=dtype)

@@ -15,7 +15,24 @@ import torch.distributed as dist
 import triton
 
 
-def time_loop(ctx, fn, iters: int, warmup: int = 5, align: bool = False) -> float:
+def require_own_gpu(ctx) -> None:
+    """Stop with a clear message when ranks share a GPU (``IRIS_RANKS_PER_GPU``).
+
+    Kernels of ranks on one GPU take turns (time slicing), so a timing there says
+    nothing about the library; ``benchmarks/shared_gpu.py`` measures that cost itself.
+
+    Example:
+        >>> ctx = iris.iris(1 << 30)
+        >>> require_own_gpu(ctx)
+    """
+    if ctx is not None and ctx.gpu_shared:
+        raise SystemExit(
+            f"{sys.argv[0]}: ranks share a GPU (IRIS_RANKS_PER_GPU); their kernels take turns, so "
+            "timings would mean nothing. Run with one rank per GPU."
+        )
+
+
+def time_loop(ctx, fn, iters: int, warmup: int = 5, align: bool = False, shared_ok: bool = False) -> float:
     """Seconds per call of ``fn``: warm-up, barrier, CUDA events around ``iters`` calls; max over ranks.
 
     ``ctx=None``: one process, no barriers, this GPU's time.
@@ -24,7 +41,10 @@ def time_loop(ctx, fn, iters: int, warmup: int = 5, align: bool = False) -> floa
     event. Ranks leave a host barrier tens of microseconds apart, and the first
     timed collective would make the earliest rank wait that long; after the
     aligning call every GPU starts its clock within a few microseconds of the others.
+    ``shared_ok``: time even when ranks share a GPU (only to measure what sharing costs).
     """
+    if not shared_ok:
+        require_own_gpu(ctx)
     for _ in range(warmup):
         fn()
     if ctx is not None:

@@ -17,7 +17,7 @@ import argparse
 
 import torch
 import torch.distributed as dist
-from common import all_ranks_agree, time_loop, write_report
+from common import all_ranks_agree, require_own_gpu, time_loop, write_report
 
 import iris
 
@@ -32,6 +32,7 @@ def main():
     if iris.BACKEND != "cuda":
         raise SystemExit("this benchmark times GPUs: run it with IRIS_BACKEND=cuda")
     ctx = iris.iris(heap_size=2 * 4 * (args.max_mib << 20) + (256 << 20))
+    require_own_gpu(ctx)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     rows, sizes = [], []
     mib = args.min_mib

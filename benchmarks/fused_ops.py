@@ -36,7 +36,15 @@ import time
 import torch
 import torch.distributed as dist
 import triton
-from common import all_ranks_agree, parse_configs, parse_shapes, relative_error, time_loop, write_report
+from common import (
+    all_ranks_agree,
+    parse_configs,
+    parse_shapes,
+    relative_error,
+    require_own_gpu,
+    time_loop,
+    write_report,
+)
 
 import iris
 from iris.ops import choose_variant, default_config
@@ -229,6 +237,7 @@ def main():
     # Largest first: the ops' heap workspaces are then allocated once (the heap never frees).
     shapes = sorted(shapes, key=lambda s: -s[0] * s[1] * s[2])
     ctx = iris.iris(heap_size=8 << 30)
+    require_own_gpu(ctx)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     for M, N, K in shapes:
         if M % world or N % world or K % world:

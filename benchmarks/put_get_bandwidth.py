@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 import triton
 import triton.language as tl
-from common import all_ranks_agree, time_loop, write_report
+from common import all_ranks_agree, require_own_gpu, time_loop, write_report
 
 import iris
 
@@ -85,6 +85,7 @@ def nccl_ring(send, recv, rank, world):
 
 def run(args) -> dict:
     ctx = iris.iris(heap_size=args.heap_gib << 30)
+    require_own_gpu(ctx)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     if world < 2:
         raise SystemExit("put/get bandwidth needs at least 2 ranks")
@@ -189,6 +190,7 @@ def put_hinted_kernel(
 def sweep(args) -> dict:
     """put-one and get-one at one size for many launch configurations (to choose the defaults)."""
     ctx = iris.iris(heap_size=args.heap_gib << 30)
+    require_own_gpu(ctx)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     n = args.sweep_mib * KIB * KIB // 4
     src, dst = ctx.randn(n), ctx.zeros(world * n)

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import triton
 import triton.language as tl
-from common import all_ranks_agree, time_loop, write_report
+from common import all_ranks_agree, require_own_gpu, time_loop, write_report
 
 import iris
 
@@ -115,6 +115,7 @@ def main():
         raise SystemExit("this benchmark times GPUs: run it with IRIS_BACKEND=cuda")
     started = time.time()
     ctx = iris.iris(heap_size=4 << 30)
+    require_own_gpu(ctx)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     device = ctx.get_device()
 

@@ -2,6 +2,8 @@
 
 Each collective is one Triton kernel on the current stream (no host sync, CUDA-graph
 capturable); the inputs here are fresh random values and every element is compared.
+The references run through torch.distributed on CPU copies (gloo), so the example
+also runs where NCCL cannot: with several ranks on one GPU (IRIS_RANKS_PER_GPU).
 
 Run:  python -m iris.run -n 4 examples/08_collectives.py
 """
@@ -23,22 +25,22 @@ def main():
     for variant in ("auto", "one_shot", "two_shot", "ring", "atomic"):
         out.fill_(float("nan"))
         ctx.ccl.all_reduce(out, inp, config=Config(all_reduce_variant=variant))
-        expected = inp.clone()
+        expected = inp.cpu()
         dist.all_reduce(expected)
-        assert torch.allclose(out, expected, rtol=1e-5, atol=1e-5), f"all_reduce {variant} differs"
+        assert torch.allclose(out.cpu(), expected, rtol=1e-5, atol=1e-5), f"all_reduce {variant} differs"
 
     # all_gather / reduce_scatter follow all_gather_into_tensor / reduce_scatter_tensor.
     gathered = ctx.empty(world * 1000)
     ctx.ccl.all_gather(gathered, inp)
-    expected = torch.empty_like(gathered)
-    dist.all_gather_into_tensor(expected, inp)
-    assert torch.equal(gathered, expected), "all_gather differs"
+    expected = torch.empty(world * 1000)
+    dist.all_gather_into_tensor(expected, inp.cpu())
+    assert torch.equal(gathered.cpu(), expected), "all_gather differs"
 
     scattered = ctx.empty(1000)
     ctx.ccl.reduce_scatter(scattered, gathered)
-    total = gathered.clone()
+    total = gathered.cpu()
     dist.all_reduce(total)
-    assert torch.allclose(scattered, total[rank * 1000 : (rank + 1) * 1000], rtol=1e-5, atol=1e-5)
+    assert torch.allclose(scattered.cpu(), total[rank * 1000 : (rank + 1) * 1000], rtol=1e-5, atol=1e-5)
 
     print(f"rank {rank}: 08_collectives OK (all_reduce x5 variants, all_gather, reduce_scatter)")
     ctx.close()

@@ -9,6 +9,9 @@
 ``IRIS_FLIGHT``    ``0`` leaves the flight recorder out of every kernel (default ``1``: in).
 ``IRIS_FLIGHT_ENTRIES``  ring entries per SM (power of two, default 64).
 ``IRIS_HANG_DIR``  where each rank keeps its flight file and hang dumps (default ``/dev/shm``).
+``IRIS_RANKS_PER_GPU``  how many ranks of one host may share a GPU (default 1: one rank per GPU).
+                   Rank r runs on GPU ``r mod count``; for correctness runs, traces and teaching on
+                   fewer GPUs than ranks, never for timings (kernels of the ranks take turns).
 """
 
 from __future__ import annotations
@@ -85,6 +88,29 @@ def static_wait_timeout_ns() -> int:
 def host_timeout() -> float:
     """Seconds host-side barriers and collectives wait for a missing rank (``IRIS_HOST_TIMEOUT``)."""
     return _non_negative(float(os.environ.get("IRIS_HOST_TIMEOUT", "300")), "IRIS_HOST_TIMEOUT") or 300.0
+
+
+def ranks_per_gpu() -> int:
+    """Ranks of one host that may share a GPU (``IRIS_RANKS_PER_GPU``, default 1).
+
+    Example:
+        >>> os.environ["IRIS_RANKS_PER_GPU"] = "4"   # 4 ranks on one GPU
+        >>> iris.config.ranks_per_gpu()
+        4
+    """
+    text = os.environ.get("IRIS_RANKS_PER_GPU", "1").strip() or "1"
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"iris: IRIS_RANKS_PER_GPU must be a positive integer, got {text!r}")
+    return value
+
+
+def local_world_size() -> int:
+    """Ranks on this host, as the launcher says (``LOCAL_WORLD_SIZE``, else ``WORLD_SIZE``, else 1)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
 
 
 def flight_entries() -> int:

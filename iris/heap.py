@@ -4,10 +4,17 @@ Allocation is a bump allocator over the local block. Because every rank makes
 the same allocations in the same order, an object lives at the same offset in
 every rank's heap, so a device kernel reaches a peer's copy by swapping the
 heap base (see ``iris.device.rma``).
+
+Iris's own always-present state (the device barrier's arrival counters, the
+collectives' flags) lives in a *reserved* region past the user's ``heap_size``
+bytes, carved at start-up in the same order on every rank: a small heap stays
+entirely the user's, and the reserved bytes are counted and reported apart
+(``SymmetricHeap.reserved``).
 """
 
 from __future__ import annotations
 
+import math
 import uuid
 
 import torch
@@ -46,7 +53,14 @@ class SymmetricHeap:
         0
     """
 
-    def __init__(self, heap_size: int, backend: Backend, comm: Communicator, device: torch.device):
+    def __init__(
+        self,
+        heap_size: int,
+        backend: Backend,
+        comm: Communicator,
+        device: torch.device,
+        reserved_bytes: int = 0,
+    ):
         # Gather before validating, so a bad value on one rank fails every rank
         # with the same message instead of leaving the others waiting.
         sizes = comm.all_gather_object(heap_size)
@@ -62,11 +76,15 @@ class SymmetricHeap:
             raise ValueError(f"iris: heap_size must be the same on every rank ({per_rank})")
 
         self.size = heap_size
+        #: Bytes past ``size`` kept for Iris's own state (:meth:`reserve`).
+        self.reserved = -(-reserved_bytes // ALIGNMENT) * ALIGNMENT
+        #: Bytes mapped per rank: the user's heap, padded to ``ALIGNMENT``, then the reserved region.
+        self.mapped_size = self._reserved_start() + self.reserved
         self.device = device
         self.rank = comm.rank
         self._backend = backend
         session = comm.broadcast_object(uuid.uuid4().hex[:12] if comm.rank == 0 else None, src=0)
-        self._allocation = backend.allocate(heap_size, device, tag=f"{session}-rank{comm.rank}")
+        self._allocation = backend.allocate(self.mapped_size, device, tag=f"{session}-rank{comm.rank}")
         handles = comm.all_gather_object(self._allocation.handle)
         self._peer_tokens = []
         bases = []
@@ -74,7 +92,7 @@ class SymmetricHeap:
             if peer == comm.rank:
                 bases.append(self._allocation.tensor.data_ptr())
                 continue
-            address, token = backend.map_peer(handle, heap_size, device)
+            address, token = backend.map_peer(handle, self.mapped_size, device)
             bases.append(address)
             self._peer_tokens.append(token)
         comm.barrier()
@@ -87,7 +105,11 @@ class SymmetricHeap:
         self.bases: list[int] = bases
         self._storage = self._allocation.tensor
         self._next_offset = 0
+        self._next_reserved = self._reserved_start()
         self._closed = False
+
+    def _reserved_start(self) -> int:
+        return -(-self.size // ALIGNMENT) * ALIGNMENT
 
     @property
     def base(self) -> int:
@@ -121,12 +143,27 @@ class SymmetricHeap:
         self._next_offset = offset + nbytes
         return self._storage[offset : offset + nbytes].view(dtype).view(shape)
 
+    def reserve(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A zeroed tensor in the reserved region (Iris's own state; same order on every rank).
+
+        Example:
+            >>> arrivals = heap.reserve((64, world_size), torch.int64)
+        """
+        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        offset = -(-self._next_reserved // ALIGNMENT) * ALIGNMENT
+        if offset + nbytes > self.mapped_size:
+            raise RuntimeError(
+                f"iris: the reserved region ({self.reserved} bytes) has no room for {nbytes} more bytes"
+            )
+        self._next_reserved = offset + nbytes
+        return self._storage[offset : offset + nbytes].view(dtype).view(shape).zero_()
+
     def contains(self, tensor: torch.Tensor) -> bool:
-        """Whether every element of ``tensor`` lies in this rank's heap."""
+        """Whether every element of ``tensor`` lies in this rank's heap (reserved region included)."""
         if not isinstance(tensor, torch.Tensor) or tensor.device != self._storage.device:
             return False
         start = _start_address(tensor)
-        return self.base <= start and start + _span_bytes(tensor) <= self.base + self.size
+        return self.base <= start and start + _span_bytes(tensor) <= self.base + self.mapped_size
 
     def offset_of(self, tensor: torch.Tensor) -> int:
         """Byte offset of ``tensor``'s first element from the heap base."""

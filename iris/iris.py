@@ -16,13 +16,14 @@ from iris_trace import hang as fmt
 from . import config
 from .backends import make_backend
 from .ccl import CCL
+from .ccl.runtime import Runtime
 from .copy_engine import CopyEngine
 from .device.barrier import device_barrier_kernel
 from .device.context import HEADER_SLOTS, context_length
 from .distributed import init_distributed
 from .group_slots import GroupSlots
 from .hang import Hang
-from .heap import SymmetricHeap
+from .heap import ALIGNMENT, SymmetricHeap
 from .log import DEBUG, ERROR, INFO, WARNING, log_with_rank
 from .prepared import PreparedLaunch
 from .tensors import TensorFactory, fill_random, full_dtype, normalize_size
@@ -59,13 +60,15 @@ class Iris:
         self.device = self.backend.select_device(self._comm.local_rank, self._comm.local_world_size)
         self.gpu_id = self.device.index if self.device.index is not None else 0
         self.heap_size = heap_size
-        self.heap = SymmetricHeap(heap_size, self.backend, self._comm, self.device)
+        #: Whether other ranks of this job run on this rank's GPU too (``IRIS_RANKS_PER_GPU``):
+        #: right for correctness runs and traces, never for timings.
+        self.gpu_shared = self.backend.shares_devices(self._comm.local_world_size)
+        reserved = _state_bytes(self.num_ranks, self.backend.multiprocessor_count(self.device))
+        self.heap = SymmetricHeap(heap_size, self.backend, self._comm, self.device, reserved)
         self._tensors = TensorFactory(self.heap, self.backend.accepts_device)
 
-        # Internal state goes first so every rank has it at the same offset.
-        self._barrier_arrivals = self._tensors.filled(
-            (BARRIER_SLOTS, self.num_ranks), torch.int64, lambda t: t.zero_()
-        )
+        # Iris's own state lives in the heap's reserved region, the same on every rank.
+        self._barrier_arrivals = self.heap.reserve((BARRIER_SLOTS, self.num_ranks), torch.int64)
         self._barrier_slots = GroupSlots(
             BARRIER_SLOTS, self.num_ranks, "device_barrier", "use a different group layout or a host barrier"
         )
@@ -75,7 +78,8 @@ class Iris:
         #: Copy-engine puts into peers' heaps (``ctx.copy_engine.put``); see :mod:`iris.copy_engine`.
         self.copy_engine = CopyEngine(self)
 
-        context = [self.cur_rank, self.num_ranks, *self.heap.bases, heap_size]
+        # The heap size slot bounds IRIS_DEBUG's pointer checks: the whole mapping, reserved region included.
+        context = [self.cur_rank, self.num_ranks, *self.heap.bases, self.heap.mapped_size]
         context += [0] * (context_length(self.num_ranks) - len(context))
         self._device_context = torch.tensor(context, dtype=torch.int64, device=self.device)
         self.heap_bases = self._device_context[HEADER_SLOTS : HEADER_SLOTS + self.num_ranks].view(
@@ -651,6 +655,12 @@ class Iris:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _state_bytes(world_size: int, multiprocessors: int) -> int:
+    """Bytes of the heap's reserved region: device-barrier arrivals and collective flags."""
+    barrier = BARRIER_SLOTS * world_size * 8
+    return barrier + ALIGNMENT + Runtime.flag_bytes(world_size, multiprocessors)
 
 
 def _as_array(value):

@@ -1,7 +1,10 @@
 """Fixtures that hand tests a pool of rank processes of a given world size.
 
 ``IRIS_TEST_WORLD_SIZES`` (default ``1,2,4``) chooses the world sizes that
-multi-rank tests run at; on a 2-GPU machine use ``1,2``.
+multi-rank tests run at; on a 2-GPU machine use ``1,2``, or keep ``1,2,4`` with
+``IRIS_RANKS_PER_GPU=2`` (ranks share GPUs). Tests that need several ranks but
+not every size (planted hangs, examples, whole traced runs) run at the smallest
+multi-rank size listed, :data:`SMALL_WORLD`, and are skipped when none is.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from harness import RankPool  # noqa: E402
 
 WORLD_SIZES = [int(n) for n in os.environ.get("IRIS_TEST_WORLD_SIZES", "1,2,4").split(",") if n]
 MULTI_RANK_SIZES = [n for n in WORLD_SIZES if n > 1]
+#: World size of the tests that need several ranks but not every size (None: skip them).
+SMALL_WORLD = min(MULTI_RANK_SIZES) if MULTI_RANK_SIZES else None
 
 _pools: dict[tuple, RankPool] = {}
 
@@ -30,6 +35,13 @@ def get_pool(world_size: int, **extra_env: str) -> RankPool:
     if pool is None or not pool.alive:
         pool = _pools[key] = RankPool(world_size, extra_env)
     return pool
+
+
+def small_world_pool(**extra_env: str) -> RankPool:
+    """:func:`get_pool` at :data:`SMALL_WORLD` ranks; skips the test when no multi-rank size is listed."""
+    if SMALL_WORLD is None:
+        pytest.skip("IRIS_TEST_WORLD_SIZES has no world size above 1")
+    return get_pool(SMALL_WORLD, **extra_env)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -68,9 +68,34 @@ def test_bad_tensor_arguments(world):
 def test_more_ranks_than_gpus_is_refused(monkeypatch):
     from iris.backends.cuda_ipc import CudaBackend
 
+    monkeypatch.delenv("IRIS_RANKS_PER_GPU", raising=False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    with pytest.raises(RuntimeError, match="4 ranks on this host but only 2 GPU"):
+    with pytest.raises(RuntimeError, match="4 ranks on this host but only 2 GPU.*IRIS_RANKS_PER_GPU=2"):
         CudaBackend().select_device(local_rank=3, local_world_size=4)
+
+
+def test_sharing_places_rank_r_on_gpu_r_mod_count():
+    from iris.backends.cuda_ipc import gpu_for_rank
+
+    assert [gpu_for_rank(r, 4, gpus=1, ranks_per_gpu=4) for r in range(4)] == [0, 0, 0, 0]
+    assert [gpu_for_rank(r, 4, gpus=2, ranks_per_gpu=2) for r in range(4)] == [0, 1, 0, 1]
+    assert [gpu_for_rank(r, 2, gpus=4, ranks_per_gpu=1) for r in range(2)] == [0, 1]
+    with pytest.raises(RuntimeError, match="IRIS_RANKS_PER_GPU=2 allows at most 4: raise it"):
+        gpu_for_rank(0, 5, gpus=2, ranks_per_gpu=2)
+
+
+def test_shared_gpus_coordinate_through_gloo(monkeypatch):
+    from iris.backends import cuda_ipc
+
+    monkeypatch.setattr(cuda_ipc, "visible_gpu_count", lambda: 1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("IRIS_RANKS_PER_GPU", "2")
+    assert cuda_ipc.CudaBackend().dist_backend == "gloo"  # NCCL refuses two ranks on one GPU
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert cuda_ipc.CudaBackend().dist_backend == "nccl"
+    monkeypatch.setenv("IRIS_RANKS_PER_GPU", "0")
+    with pytest.raises(ValueError, match="IRIS_RANKS_PER_GPU must be a positive integer"):
+        iris.config.ranks_per_gpu()
 
 
 def test_unknown_backend_name_is_refused(monkeypatch):
@@ -129,9 +154,9 @@ def _debug_rank_body(rank, world_size):
 
 @pytest.mark.skipif(iris.BACKEND != "emulated", reason="a device assert poisons the CUDA context")
 def test_debug_mode_names_the_op_that_went_out_of_range():
-    from conftest import get_pool
+    from conftest import small_world_pool
 
-    get_pool(2, IRIS_DEBUG="1").run(_debug_rank_body)
+    small_world_pool(IRIS_DEBUG="1").run(_debug_rank_body)
 
 
 def _failing_body(rank, world_size):

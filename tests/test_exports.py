@@ -259,10 +259,10 @@ def _traced_run_body(rank, world_size, directory, rounds):
 
 
 def test_end_to_end_traced_run_merges_and_exports(tmp_path):
-    from conftest import get_pool
+    from conftest import small_world_pool
 
     rounds = 5
-    files = get_pool(2).run(_traced_run_body, str(tmp_path / "ranks"), rounds)
+    files = small_world_pool().run(_traced_run_body, str(tmp_path / "ranks"), rounds)
     result = run_cli(
         "merge", *files, "-o", str(tmp_path / "run.pftrace"), "--json", str(tmp_path / "run.json")
     )

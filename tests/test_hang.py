@@ -1,6 +1,6 @@
 """Planted deadlocks end within the wait timeout, naming the right culprit; what the flight recorder holds.
 
-Each planted deadlock runs on its own 2-rank pool with a short timeout and its own
+Each planted deadlock runs on its own pool of ``conftest.SMALL_WORLD`` ranks with a short timeout and its own
 hang directory. On GPUs a timed-out wait traps, which ends the rank's CUDA context,
 so those pools are discarded after each test.
 """
@@ -17,7 +17,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from conftest import get_pool
+from conftest import small_world_pool
 from harness import RankError
 
 import iris
@@ -46,7 +46,9 @@ def sync_ops_kernel(buf, flag, cur_rank, world_size, heap_bases):
 
 def _hang_pool(tag: str, **env: str):
     directory = tempfile.mkdtemp(prefix=f"iris-hang-{tag}-")
-    pool = get_pool(2, IRIS_WAIT_TIMEOUT=str(TIMEOUT_S), IRIS_HANG_DIR=directory, IRIS_TEST_POOL=tag, **env)
+    pool = small_world_pool(
+        IRIS_WAIT_TIMEOUT=str(TIMEOUT_S), IRIS_HANG_DIR=directory, IRIS_TEST_POOL=tag, **env
+    )
     return pool, directory
 
 

@@ -7,8 +7,10 @@ import time
 
 import pytest
 import torch.multiprocessing as mp
+from conftest import SMALL_WORLD, WORLD_SIZES
 
 import iris
+from iris import config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = sorted(
@@ -51,10 +53,11 @@ def test_examples_are_numbered_as_documented():
     ]
 
 
+@pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_example_verifies_itself_on_two_ranks(name, tmp_path):
+def test_example_verifies_itself(name, tmp_path):
     writes_traces = name in ("07_tracing.py", "13_traced_gemm_all_scatter.py")
-    result = run_example(name, 2, *([str(tmp_path)] if writes_traces else []))
+    result = run_example(name, SMALL_WORLD, *([str(tmp_path)] if writes_traces else []))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert result.stdout.count(" OK") >= 1
 
@@ -62,10 +65,11 @@ def test_example_verifies_itself_on_two_ranks(name, tmp_path):
 def _enough_devices(nprocs: int) -> bool:
     import torch
 
-    return iris.BACKEND == "emulated" or torch.cuda.device_count() >= nprocs
+    return iris.BACKEND == "emulated" or torch.cuda.device_count() * config.ranks_per_gpu() >= nprocs
 
 
-@pytest.mark.skipif(not _enough_devices(4), reason="needs 4 GPUs")
+@pytest.mark.skipif(4 not in WORLD_SIZES, reason="IRIS_TEST_WORLD_SIZES does not list 4")
+@pytest.mark.skipif(not _enough_devices(4), reason="needs 4 GPUs, or IRIS_RANKS_PER_GPU to share fewer")
 @pytest.mark.parametrize("name", ["02_all_load.py", "04_atomic_add.py", "06_message_passing.py"])
 def test_example_verifies_itself_on_four_ranks(name):
     result = run_example(name, 4, *(["20"] if name.startswith("06") else []))

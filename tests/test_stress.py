@@ -78,8 +78,14 @@ def message_kernel(
     tl.store(errors, bad)
 
 
+#: Rounds when ranks share a GPU: each round then waits for time slices (milliseconds).
+SHARED_GPU_ROUNDS = 300
+
+
 def _messages_body(rank, world_size, rounds):
     with iris.iris(1 << 20) as ctx:
+        if ctx.gpu_shared:
+            rounds = min(rounds, SHARED_GPU_ROUNDS)
         n = 256
         inbox = ctx.zeros(n, dtype=torch.int32)
         ready = ctx.zeros(1, dtype=torch.int32)

@@ -68,6 +68,15 @@ class Backend(ABC):
     def device_count(self) -> int:
         """Number of devices ranks on this host can use."""
 
+    def shares_devices(self, local_world_size: int) -> bool:
+        """Whether ``local_world_size`` ranks of this host put more than one rank on a device.
+
+        Example:
+            >>> backend.shares_devices(4)   # 4 ranks, one GPU, IRIS_RANKS_PER_GPU=4
+            True
+        """
+        return False
+
     @abstractmethod
     def select_device(self, local_rank: int, local_world_size: int) -> torch.device:
         """Pick and activate this rank's device, or raise if the host has too few."""

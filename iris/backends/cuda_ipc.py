@@ -11,6 +11,7 @@ import os
 
 import torch
 
+from .. import config
 from .base import Allocation, Backend, CopyLanes
 
 
@@ -117,26 +118,32 @@ class _StreamLanes(CopyLanes):
 class CudaBackend(Backend):
     name = "cuda"
     interpreted = False
-    dist_backend = "nccl"
 
     def __init__(self):
         self._side_streams: dict[int, torch.cuda.Stream] = {}
 
+    @property
+    def dist_backend(self) -> str:
+        # NCCL refuses two ranks on one GPU ("Duplicate GPU detected"): ranks that share
+        # GPUs coordinate through gloo alone, which also takes CUDA tensors for the
+        # collectives it implements.
+        return "gloo" if self.shares_devices(config.local_world_size()) else "nccl"
+
     def device_count(self) -> int:
         return torch.cuda.device_count()
+
+    def shares_devices(self, local_world_size: int) -> bool:
+        count = visible_gpu_count()
+        return 0 < count < local_world_size and config.ranks_per_gpu() > 1
 
     def select_device(self, local_rank: int, local_world_size: int) -> torch.device:
         count = self.device_count()
         if count == 0:
             raise RuntimeError("iris: IRIS_BACKEND=cuda but no CUDA GPU is visible")
-        if local_world_size > count:
-            raise RuntimeError(
-                f"iris: {local_world_size} ranks on this host but only {count} GPU(s); "
-                "start at most one rank per GPU"
-            )
-        device = torch.device("cuda", local_rank)
+        index = gpu_for_rank(local_rank, local_world_size, count, config.ranks_per_gpu())
+        device = torch.device("cuda", index)
         torch.cuda.set_device(device)
-        _check(_runtime().cudaSetDevice(local_rank), "cudaSetDevice")
+        _check(_runtime().cudaSetDevice(device.index), "cudaSetDevice")
         return device
 
     def multiprocessor_count(self, device: torch.device) -> int:
@@ -209,6 +216,27 @@ class CudaBackend(Backend):
             torch.cuda.synchronize(device)
         else:
             stream.synchronize()
+
+
+def gpu_for_rank(local_rank: int, local_world_size: int, gpus: int, ranks_per_gpu: int) -> int:
+    """The GPU of a host's rank ``local_rank``: ``local_rank mod gpus``; raises when the ranks do not fit.
+
+    Example:
+        >>> gpu_for_rank(3, 4, gpus=2, ranks_per_gpu=2)
+        1
+    """
+    if local_world_size > gpus * ranks_per_gpu:
+        if ranks_per_gpu == 1:
+            needed = -(-local_world_size // gpus)
+            advice = (
+                f"start at most one rank per GPU, or set IRIS_RANKS_PER_GPU={needed} to let ranks "
+                "share GPUs (for correctness runs, traces and teaching: kernels of ranks on one GPU "
+                "take turns, so timings mean nothing)"
+            )
+        else:
+            advice = f"IRIS_RANKS_PER_GPU={ranks_per_gpu} allows at most {gpus * ranks_per_gpu}: raise it"
+        raise RuntimeError(f"iris: {local_world_size} ranks on this host but only {gpus} GPU(s); {advice}")
+    return local_rank % gpus
 
 
 def visible_gpu_count() -> int:

@@ -79,11 +79,10 @@ class Runtime:
     def __init__(self, ctx):
         self.ctx = ctx
         self.max_programs = ctx.get_cu_count()
-        # Allocated at start-up on every rank, so later heap allocations stay symmetric
-        # even when only some ranks use a subgroup.
-        self.flags = ctx._tensors.filled(
-            (GROUP_SLOTS, PHASES, self.max_programs, ctx.num_ranks), torch.int32, lambda t: t.zero_()
-        )
+        # In the heap's reserved region, carved at start-up on every rank: subgroups that
+        # only some ranks use cannot make the heap asymmetric, and the user's heap_size
+        # bytes stay the user's.
+        self.flags = ctx.heap.reserve((GROUP_SLOTS, PHASES, self.max_programs, ctx.num_ranks), torch.int32)
         self._slots = GroupSlots(GROUP_SLOTS, ctx.num_ranks, "collective")
         self._groups: dict[object, Group] = {}
         self._launches: dict[tuple, PreparedLaunch] = {}
@@ -95,6 +94,16 @@ class Runtime:
         #: Calls of the staged and low-latency protocols so far, and programs done with the
         #: current one: both protocols take turns on their halves by this one count.
         self.protocol_calls = torch.zeros(2, dtype=torch.int32, device=ctx.device)
+
+    @staticmethod
+    def flag_bytes(world_size: int, max_programs: int) -> int:
+        """Bytes of the flag rows of every group slot (the heap reserves them at start-up).
+
+        Example:
+            >>> Runtime.flag_bytes(4, 132)   # 16 slots x 5 phases x 132 programs x 4 ranks x int32
+            168960
+        """
+        return GROUP_SLOTS * PHASES * max_programs * world_size * 4
 
     def protocol(
         self,

@@ -3,8 +3,9 @@
 Each rank computes a few tiles (a compute scope each) and pushes every finished
 tile to its neighbour with a put and a signal; the neighbour waits for it. With
 ``ctx.tracing.enable()`` the unchanged kernel records puts, signals, waits and
-scopes; ``collect()`` aligns all ranks' clocks onto rank 0's, and rank 0 writes
-a Perfetto trace, a Chrome JSON trace and the per-SM overlap and stall report.
+scopes; ``export()`` writes every rank's events (``rank<N>.npz``) and aligns all
+ranks' clocks onto rank 0's, and rank 0 writes a Perfetto trace, a Chrome JSON
+trace and the report (why each rank waited, per-SM overlap and stalls).
 
 Run:  python -m iris.run -n 2 examples/07_tracing.py [output_dir]
 Then: open output_dir/trace.pftrace in https://ui.perfetto.dev
@@ -18,7 +19,7 @@ import triton
 import triton.language as tl
 
 import iris
-from iris_trace import analyze
+from iris_trace import analyze_trace
 from viewer_exports import write_chrome_json, write_perfetto
 
 
@@ -57,12 +58,11 @@ def main(out_dir: str):
     ctx.barrier()
     torch.testing.assert_close(inbox.cpu(), expected_from_left, rtol=1e-6, atol=1e-6)
 
-    trace = ctx.tracing.collect()
+    trace = ctx.tracing.export(out_dir)  # rank<N>.npz per rank; the merged trace on rank 0
     if rank == 0:
-        os.makedirs(out_dir, exist_ok=True)
         write_perfetto(trace, os.path.join(out_dir, "trace.pftrace"))
         write_chrome_json(trace, os.path.join(out_dir, "trace.json"))
-        report = analyze(trace.events, trace.world_size, trace.scope_names)
+        report = analyze_trace(trace)
         report.to_json(os.path.join(out_dir, "report.json"))
         print(report.format_table())
         scopes = (trace.events["event_id"] == 64).sum()  # event 64 + scope 0: "tile compute"

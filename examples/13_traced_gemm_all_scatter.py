@@ -3,13 +3,15 @@
 The problem of examples 09 to 12 (C = A x B, B sharded by columns, every rank
 ends with all of C), run by the workgroup-specialised kernel with tracing on:
 every GEMM tile is a compute slice, every push, flag signal and flag wait an
-event, on every SM of every rank. Rank 0 merges the ranks onto one clock and
-writes a Perfetto trace, a Chrome JSON trace and the per-SM overlap and stall
-report, and prints the report. Full size on GPUs (M = N = K = 8192), small under
-emulation.
+event, on every SM of every rank. Every rank's events go to output_dir/rank<N>.npz
+(for the iris-trace command line); rank 0 merges them onto one clock and writes a
+Perfetto trace, a Chrome JSON trace, the report (why each rank waited, per-SM
+overlap and stalls) and the per-SM timeline picture, and prints the report. Full
+size on GPUs (M = N = K = 8192), small under emulation.
 
 Run:  python -m iris.run -n 2 examples/13_traced_gemm_all_scatter.py [output_dir]
-Then: open output_dir/trace.pftrace (default iris_traces/) in https://ui.perfetto.dev
+Then: open output_dir/trace.pftrace (default iris_traces/) in https://ui.perfetto.dev,
+      look at output_dir/timeline.png, or iris-trace report output_dir/rank*.npz
 """
 
 import os
@@ -19,10 +21,12 @@ import torch
 
 import iris
 from iris.ops import default_config
-from iris_trace import analyze
+from iris.ops.gemm import SCOPE_GEMM
+from iris_trace import analyze_trace, schema
+from iris_trace.plot import timeline
 from viewer_exports import write_chrome_json, write_perfetto
 
-GEMM_SCOPE = 64 + 8  # event id of the ops' "gemm tile" compute scope (SCOPE_BASE + SCOPE_GEMM)
+GEMM_SCOPE = schema.SCOPE_BASE + int(SCOPE_GEMM)  # event id of the ops' "gemm tile" compute scope
 
 
 def main(out_dir: str) -> int:
@@ -54,14 +58,16 @@ def main(out_dir: str) -> int:
     expected = a.float() @ torch.cat(b_all, dim=1).to(a.device).float()
     error = ((c.float() - expected).norm() / expected.norm()).item()
 
-    trace = ctx.tracing.collect()
+    trace = ctx.tracing.export(out_dir)  # rank<N>.npz per rank; the merged trace on rank 0
     status = 0
     if rank == 0:
-        os.makedirs(out_dir, exist_ok=True)
         write_perfetto(trace, os.path.join(out_dir, "trace.pftrace"))
         write_chrome_json(trace, os.path.join(out_dir, "trace.json"))
-        report = analyze(trace.events, trace.world_size, trace.scope_names)
+        report = analyze_trace(trace)
         report.to_json(os.path.join(out_dir, "report.json"))
+        command = f"iris.run -n {world} examples/13_traced_gemm_all_scatter.py ({M}x{world * n}x{K})"
+        timeline(trace.events, os.path.join(out_dir, "timeline.png"), world, title=command,
+                 scope_names=trace.scope_names, notes=report.notes)  # fmt: skip
         print(report.format_table())
         tiles = -(-M // config.block_m) * -(-n // config.block_n)
         scopes = int((trace.events["event_id"] == GEMM_SCOPE).sum())
@@ -70,7 +76,7 @@ def main(out_dir: str) -> int:
             status = 1
         else:
             print(f"rank 0: 13_traced_gemm_all_scatter OK: {len(trace.events)} events, {world} ranks, "
-                  f"{scopes} gemm tiles, relative error {error:.1e}, in {out_dir}/trace.pftrace")  # fmt: skip
+                  f"{scopes} gemm tiles, relative error {error:.1e}, in {out_dir}/")  # fmt: skip
     ctx.close()
     if error > 1e-2:
         print(f"rank {rank}: MISMATCH: relative error {error:.2e}")

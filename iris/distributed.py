@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -138,9 +139,48 @@ def init_distributed(device_backend: str) -> Communicator:
     return Communicator(rank, world_size, local_rank, local_world_size, _control_group())
 
 
+#: Seconds rank 0 waits at exit for the other ranks to let go of the rendezvous store.
+EXIT_GRACE_SECONDS = 10.0
+
+
 def _destroy_default_group() -> None:
-    if dist.is_initialized():
+    """Tear the process group down at exit, rank 0 last.
+
+    Rank 0 hosts the rendezvous store (TCPStore). Left to chance, it may exit while a
+    peer's process group is still being destroyed and talking to that store, which
+    fails in the peer's background threads at exit. So every other rank destroys its
+    group first and then says so in the store; rank 0 waits for that (at most
+    EXIT_GRACE_SECONDS: a peer that died says nothing) before destroying its own.
+    """
+    if not dist.is_initialized():
+        return
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+    except Exception:  # noqa: BLE001 - no store to order by: tear down as is
         dist.destroy_process_group()
+        return
+    if world_size == 1:
+        dist.destroy_process_group()
+    elif rank != 0:
+        dist.destroy_process_group()
+        try:
+            # set() waits for no reply, so nothing is left listening when rank 0 goes.
+            store.set(f"{_EXITED_KEY}/{rank}", "1")
+        except Exception:  # noqa: BLE001 - rank 0 is gone already: nothing to tell
+            pass
+    else:
+        keys = [f"{_EXITED_KEY}/{peer}" for peer in range(1, world_size)]
+        deadline = time.monotonic() + EXIT_GRACE_SECONDS
+        try:
+            while not store.check(keys) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        except Exception:  # noqa: BLE001
+            pass
+        dist.destroy_process_group()
+
+
+_EXITED_KEY = "iris/exited"
 
 
 def _control_group():

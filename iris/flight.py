@@ -160,7 +160,7 @@ class FlightRecorder:
 
     def _write_metadata(self) -> None:
         ctx = self._ctx
-        device = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "emulated (CPU)"
+        device = ctx.backend.device_name(ctx.device)
         blob = json.dumps(
             {
                 "session": self.session,

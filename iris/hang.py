@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import select
 import signal
@@ -257,6 +258,23 @@ class _Watchdog:
 
 
 _watchdog = _Watchdog()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    # A program that never calls ctx.close() still leaves no flight file behind, and the
+    # watchdog thread is stopped before the interpreter finalises: a daemon thread caught
+    # in a torch call at that moment is killed inside C++ code, which aborts the process
+    # ("terminate called without an active exception"). Local: it needs no process group,
+    # which torch.distributed's own exit handler may already have destroyed.
+    for hang in list(_registry):
+        try:
+            hang.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+    _watchdog.stop_if_idle()
+
+
 _signal_pipe: tuple[int, int] | None = None
 _previous_handlers: dict[int, object] = {}
 _HANDLED = (signal.SIGTERM, signal.SIGINT)

@@ -1,4 +1,4 @@
-"""``python -m iris.run -n N script.py [args...]``: run a script on N local ranks.
+"""Run a script on N local ranks: ``python -m iris.run -n N script.py [args...]`` (or ``iris-run``).
 
 Works for both backends; on GPUs ``torchrun --nproc-per-node N script.py`` works too.
 If one rank fails, the others are stopped and its exit code is returned; so are
@@ -56,7 +56,11 @@ def _stop(procs, grace: float = 5.0) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m iris.run", description=__doc__.splitlines()[0])
+    # Installed as ``iris-run``; run as ``python -m iris.run``: the help names the one used.
+    invoked = os.path.basename(sys.argv[0])
+    prog = "python -m iris.run" if invoked in ("run.py", "__main__.py", "-c") else invoked
+    description = "Run a script on N local ranks, for either backend (IRIS_BACKEND)."
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("-n", "--nprocs", type=int, default=2, help="number of ranks (default 2)")
     parser.add_argument(
         "-t", "--timeout", type=float, default=None, help="stop all ranks after this many seconds"

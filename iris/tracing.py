@@ -221,7 +221,6 @@ class Tracing:
 
     def _rank_trace(self, sync_collect: np.ndarray) -> RankTrace:
         ctx = self._ctx
-        device = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "emulated (CPU)"
         return RankTrace(
             rank=ctx.cur_rank,
             world_size=ctx.num_ranks,
@@ -229,9 +228,10 @@ class Tracing:
             sync_enable=self._sync_enable,
             sync_collect=sync_collect,
             dropped=self.dropped(),
-            device=device,
+            device=ctx.backend.device_name(ctx.device),
             heap_size=ctx.heap_size,
             num_sms=self._regions,
             scope_names=dict(self.scope_names),
             command=" ".join(sys.argv),
+            clock_domain=ctx.backend.clock_domain(ctx.device),
         )

@@ -5,7 +5,9 @@ Every length is in nanoseconds on the merged trace's aligned clock.
 Definitions
 -----------
 * Categories, by ``event_id``: *compute* is a user scope (``event_id >= SCOPE_BASE``);
-  *wait* is an op in ``WAIT_EVENTS`` (``wait_until``); *communication* is every other op.
+  *wait* is an op in ``WAIT_EVENTS`` (``wait_until`` and the library's named waits:
+  ``device_barrier_wait``, ``collective_wait``, ``fused_op_wait``); *communication* is
+  every other op.
 * An event covers the half-open interval ``[start_ns, end_ns)``. An ``end_ns`` before its
   ``start_ns`` (rounding during clock alignment) is taken as ``start_ns``: zero length.
 * window: ``[min start_ns, max end_ns]`` over the whole trace. ``window_ns`` is its length,
@@ -30,14 +32,15 @@ Definitions
   numerator and denominator are reported as ``compute_during_comm_ns`` and ``comm_or_wait_ns``.
 * Overall: each per-rank quantity summed over ranks; ``overlap_ratio`` is the sum of the
   numerators over the sum of the denominators (0 when that is 0).
-* Releaser of a wait: among the release events (``RELEASE_EVENTS``, issued on any rank,
-  this one included) with ``target_rank`` equal to the waiter's ``cur_rank``, ``address``
-  equal to the waiter's ``address`` and ``start_ns <= `` the waiter's ``end_ns``, the one
-  with the latest ``start_ns``; if any of them is a signal or an atomic whose ``value``
-  equals the waiter's ``value``, the latest of those instead. Equal ``start_ns`` go to the
-  event later in the input array. None when nothing matches.
+* Releaser of a wait: :mod:`iris_trace.matching`; why it waited (producer computing,
+  in flight, late look): :mod:`iris_trace.attribution`, whose per-rank roll-up in words
+  opens the report (``summary``), with the tile lifecycles and the critical path.
 * Top stalls: the ``top`` longest wait events (duration ``end_ns - start_ns``), equal
-  durations earliest ``start_ns`` first, then input order.
+  durations earliest ``start_ns`` first, then input order, each with its releaser, the
+  releaser's producer step and the split of its time.
+* Times in reports: ``start_ns`` of stalls and path steps count from the window start
+  (``window_start_ns``, on rank 0's clock); addresses are heap offsets, written ``0x...``
+  in every output (table, CSV, JSON).
 
 Example:
     >>> from iris_trace.analysis import analyze
@@ -55,16 +58,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .events import DMA_CU_BASE, EVENT_DTYPE, EVENT_NAMES, RELEASE_EVENTS, SCOPE_BASE, WAIT_EVENTS, event_name
-from .lanes import stable_order
-
-COMPUTE, COMM, WAIT = 0, 1, 2
-#: Releases whose ``value`` says what they set, so a waiter's ``value`` can pick among them.
-VALUED_RELEASES = frozenset(
-    event_id
-    for event_id, name in EVENT_NAMES.items()
-    if event_id in RELEASE_EVENTS and (name == "signal" or name.startswith("atomic_"))
+from .attribution import (
+    PARTS,
+    attribute_waits,
+    critical_path,
+    lifecycle_summary,
+    summarize_waits,
+    tile_lifecycles,
+    wait_groups,
 )
+from .events import EVENT_DTYPE
+from .matching import COMM, COMPUTE, WAIT, categories, match_releasers, sm_index
+from .schema import DMA_CU_BASE, event_name
 
 _LENGTH_FIELDS = ("compute_ns", "comm_ns", "wait_ns", "overlap_ns", "stall_ns", "busy_ns", "idle_ns")
 _COUNT_FIELDS = ("compute_events", "comm_events", "wait_events", "bytes_moved")
@@ -87,23 +92,26 @@ STALL_FIELDS = (
     "releaser_cu_id",
     "releaser_op",
     "releaser_start_ns",
+    "producer",
+    "producer_end_ns",
+    *PARTS,
 )
+#: What each column of the report means (``iris-trace report --help`` and the table's legend).
+LEGEND = {
+    "compute": "time inside compute scopes (trace_begin/trace_end, e.g. GEMM tiles)",
+    "comm": "time inside RMA ops (load, store, put, get, atomics, signal)",
+    "wait": "time inside waits (wait_until, device barrier, collective and fused-op waits)",
+    "overlap": "compute on the SM while communication is in flight on it",
+    "stall": "waiting while nothing on the SM computes",
+    "idle": "window minus busy (no event at all)",
+    "ratio": "HTA overlap ratio: compute during communication or waits / communication or waits",
+    "released by": "the op that set the flag the wait saw (rank, SM, op, start from window start)",
+    "computing / not sent / in flight / late look": "the stall split (iris_trace.attribution): the "
+    "producer still computing; the releaser not releasing yet (itself waiting, or doing untraced "
+    "work, or nothing traced released it); data and flag on their way; the flag landed, not yet seen",
+}
 #: Rows of the per-SM section of :meth:`Report.format_table`.
 TABLE_SM_ROWS = 20
-
-
-def categories(event_ids: np.ndarray) -> np.ndarray:
-    """``COMPUTE``, ``COMM`` or ``WAIT`` for every event id.
-
-    Example:
-        >>> categories(np.array([4, 16, 64]))
-        array([1, 2, 0], dtype=int8)
-    """
-    event_ids = np.asarray(event_ids)
-    category = np.full(event_ids.shape, COMM, dtype=np.int8)
-    category[np.isin(event_ids, list(WAIT_EVENTS))] = WAIT
-    category[event_ids >= SCOPE_BASE] = COMPUTE
-    return category
 
 
 def _order_by_key_then_time(keys: np.ndarray, times: np.ndarray, n_keys: int) -> np.ndarray:
@@ -206,205 +214,6 @@ def _ratio(numerator: int, denominator: int) -> float:
     return float(numerator) / float(denominator) if denominator else 0.0
 
 
-def _latest_at_or_before(cand_keys, cand_times, query_keys, query_times) -> np.ndarray:
-    """For each query, the candidate with equal keys and the latest time <= the query's time.
-
-    Returns indices into the candidates, -1 where none. Candidates and queries are sorted
-    together by (keys, time, candidates first), stably, so the answer is the last candidate at
-    or before each query's position, provided its keys are the query's; of equal candidates
-    the later one in the input comes last. The keys are packed into int64 words with the row
-    index in the lowest bits: one value sort when keys, time and index fit 63 bits, else two
-    (time, then keys), else :func:`stable_order` on the separate keys.
-    """
-    n_cand, n_query = len(cand_times), len(query_times)
-    found = np.full(n_query, -1, dtype=np.int64)
-    if n_cand == 0 or n_query == 0:
-        return found
-    n = n_cand + n_query
-    sides = ([*cand_keys, cand_times], [*query_keys, query_times])
-    lows = [min(int(c.min()), int(q.min())) for c, q in zip(*sides)]
-    bits = [(max(int(c.max()), int(q.max())) - low).bit_length() for c, q, low in zip(*sides, lows)]
-    key_bits, time_bits = sum(bits[:-1]), bits[-1]
-    index_bits = max(1, (n - 1).bit_length())
-    one_word = key_bits + time_bits + 1 + index_bits <= 63
-    if not one_word and (key_bits + index_bits > 63 or time_bits + 1 + index_bits > 63):
-        keys = [np.concatenate([c, q]).astype(np.int64) for c, q in zip(cand_keys, query_keys)]
-        times = np.concatenate([cand_times, query_times]).astype(np.int64)
-        is_query = np.concatenate([np.zeros(n_cand, np.int8), np.ones(n_query, np.int8)])
-        order = stable_order(*keys, times, is_query)
-        group = None
-    else:
-        order, group = _packed_order(sides, lows, bits, one_word, index_bits)
-    # Each query's answer: the last candidate before it in this order, if it has the query's keys.
-    at_query = order >= n_cand
-    last = np.arange(n)
-    last[at_query] = -1
-    np.maximum.accumulate(last, out=last)
-    query_pos = np.flatnonzero(at_query)
-    del at_query
-    cand_pos = last[query_pos]
-    del last
-    same = cand_pos >= 0
-    np.maximum(cand_pos, 0, out=cand_pos)
-    cand = order[cand_pos]
-    query_index = order[query_pos] - n_cand
-    if group is not None:
-        same &= group[cand_pos] == group[query_pos]
-    else:
-        for key in keys:
-            same &= key[cand] == key[n_cand + query_index]
-    found[query_index] = np.where(same, cand, -1)
-    return found
-
-
-def _packed_order(sides, lows, bits, one_word: bool, index_bits: int):
-    """The sort of :func:`_latest_at_or_before` on packed words: (order, keys packed per row in order).
-
-    ``sides``: the candidates' then the queries' columns, keys then time.
-    """
-    n = sum(len(side[-1]) for side in sides)
-    time_bits = bits[-1]
-    group = np.empty(n, dtype=np.int64)  # the packed keys (and, in one word, the time)
-    later = group if one_word else np.empty(n, dtype=np.int64)  # the time and is-query bit
-    start = 0
-    for is_query, columns in enumerate(sides):
-        for lo in range(0, len(columns[-1]), _READ_ROWS):
-            hi = min(lo + _READ_ROWS, len(columns[-1]))
-            key = np.zeros(hi - lo, dtype=np.int64)
-            for column, low, width in zip(columns[:-1], lows, bits):
-                key <<= width
-                key |= np.subtract(column[lo:hi], low, dtype=np.int64)
-            time = np.subtract(columns[-1][lo:hi], lows[-1], dtype=np.int64)
-            time <<= 1
-            time |= is_query
-            if one_word:
-                key <<= time_bits + 1
-                key |= time
-                group[start + lo : start + hi] = key
-            else:
-                group[start + lo : start + hi], later[start + lo : start + hi] = key, time
-        start += len(columns[-1])
-    # The lowest bits carry the row index: a value sort is then stable and gives the order.
-    mask = (1 << index_bits) - 1
-    if one_word:
-        group <<= index_bits
-        group |= np.arange(n)
-        group.sort()
-        order = group & mask
-        group >>= index_bits + 1 + time_bits
-        return order, group
-    later <<= index_bits
-    later |= np.arange(n)
-    later.sort()
-    later &= mask  # the order by time alone
-    group = group[later]
-    group <<= index_bits
-    group |= np.arange(n)
-    group.sort()
-    order = later[group & mask]
-    group >>= index_bits
-    return order, group
-
-
-def sm_index(events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The SMs with events and which of them each event ran on.
-
-    Returns ``(rows, index)``: ``rows`` an int64 ``(n_sms, 2)`` array of ``(cur_rank, cu_id)``
-    sorted by rank then SM, and ``index`` the row of every event.
-
-    Example:
-        >>> rows, index = sm_index(trace.events)
-        >>> rows[index[0]]          # (rank, SM) of the first event
-    """
-    # One int64 per SM: np.unique on a 1-D array is far faster than with axis=0.
-    cu_id = events["cu_id"].astype(np.int64) & 0xFFFF
-    combined = (events["cur_rank"].astype(np.int64) << 16) | cu_id
-    unique, index = np.unique(combined, return_inverse=True)
-    rows = np.stack([unique >> 16, (unique & 0xFFFF).astype(np.uint16).view(np.int16)], axis=1)
-    return rows.astype(np.int64), index.reshape(-1).astype(np.int64)
-
-
-_WAIT, _RELEASE, _VALUED_RELEASE = 1, 2, 3
-#: Events read at a time by match_releasers' passes: whole records (``take``, several times
-#: faster than one field at a time), about 1 MiB of them, which stay in the CPU cache while
-#: their fields are copied out; the temporaries stay small next to the trace.
-_READ_ROWS = 1 << 14
-
-
-def _release_kinds(event_ids: np.ndarray) -> np.ndarray:
-    """0, ``_WAIT``, ``_RELEASE`` or ``_VALUED_RELEASE`` for every event id (int8).
-
-    16-bit ids (the event dtype's) read a 64 Ki-entry table, one gather instead of three isin.
-    An id has one kind: wait and release ids are disjoint, valued releases are releases.
-    """
-    event_ids = np.asarray(event_ids)
-    groups = ((WAIT_EVENTS, _WAIT), (RELEASE_EVENTS, _RELEASE), (VALUED_RELEASES, _VALUED_RELEASE))
-    kinds = np.zeros(event_ids.shape, dtype=np.int8)
-    if event_ids.dtype.kind in "iu" and event_ids.dtype.itemsize == 2:
-        table = np.zeros(1 << 16, dtype=np.int8)
-        for ids, kind in groups:
-            table[[i & 0xFFFF for i in ids]] = kind
-        for lo in range(0, len(event_ids), _READ_ROWS):
-            np.take(table, event_ids[lo : lo + _READ_ROWS].view(np.uint16), out=kinds[lo : lo + _READ_ROWS])
-        return kinds
-    for ids, kind in groups:
-        kinds[np.isin(event_ids, list(ids))] = kind
-    return kinds
-
-
-def match_releasers(events: np.ndarray) -> np.ndarray:
-    """Index of the event that released each wait (module docstring), -1 for others and unmatched.
-
-    Vectorised (two sorts), so exporters can draw a flow arrow per wait on large traces; the
-    events are read a slice at a time, so beyond the result it needs about 40 bytes per event.
-
-    Example:
-        >>> releaser = match_releasers(trace.events)
-        >>> waits = np.nonzero(releaser >= 0)[0]
-        >>> arrows = zip(releaser[waits], waits)      # (source event, waiting event)
-    """
-    events = np.asarray(events)
-    if len(events) == 0:
-        return np.full(0, -1, dtype=np.int64)
-    kind = _release_kinds(events["event_id"])
-    waits = np.flatnonzero(kind == _WAIT)
-    releases = np.flatnonzero(kind >= _RELEASE)
-    valued = releases[kind[releases] == _VALUED_RELEASE]
-    del kind
-    if len(waits) == 0 or len(releases) == 0:
-        return np.full(len(events), -1, dtype=np.int64)
-    query = _read_columns(
-        events, waits, ("cur_rank", "address", "value"), lambda r: np.maximum(r["end_ns"], r["start_ns"])
-    )
-    cand = _read_columns(events, releases, ("target_rank", "address"), lambda r: r["start_ns"])
-    found = _latest_at_or_before(cand[:2], cand[2], query[:2], query[3])
-    any_release = np.where(found >= 0, releases[np.maximum(found, 0)], -1)
-    del cand
-    same_value = np.full(len(waits), -1, dtype=np.int64)
-    if len(valued):
-        cand = _read_columns(events, valued, ("target_rank", "address", "value"), lambda r: r["start_ns"])
-        found = _latest_at_or_before(cand[:3], cand[3], query[:3], query[3])
-        same_value = np.where(found >= 0, valued[np.maximum(found, 0)], -1)
-    result = np.full(len(events), -1, dtype=np.int64)
-    result[waits] = np.where(same_value >= 0, same_value, any_release)
-    return result
-
-
-def _read_columns(events, index, fields, time) -> list[np.ndarray]:
-    """``fields`` of the events at ``index``, then ``time(records)``, as contiguous arrays.
-
-    Whole records are read a slice at a time: one pass, several times faster than reading
-    field by field, with temporaries bounded by the slice.
-    """
-    columns = [np.empty(len(index), dtype=events.dtype[f]) for f in fields] + [np.empty(len(index), np.int64)]
-    for lo in range(0, len(index), _READ_ROWS):
-        records = events.take(index[lo : lo + _READ_ROWS])
-        for column, name in zip(columns, fields):
-            column[lo : lo + len(records)] = records[name]
-        columns[-1][lo : lo + len(records)] = time(records)
-    return columns
-
-
 @dataclass
 class Report:
     """What :func:`analyze` found; every list row is a plain dict of Python numbers (None where absent)."""
@@ -416,9 +225,19 @@ class Report:
     per_rank: list[dict] = field(default_factory=list)
     overall: dict = field(default_factory=dict)
     top_stalls: list[dict] = field(default_factory=list)
+    #: Per rank, where most of its wait time went, in words (the report's first lines).
+    summary: list[str] = field(default_factory=list)
+    #: Wait time per (waiting rank, wait op, releasing rank, producer step), longest first.
+    wait_causes: list[dict] = field(default_factory=list)
+    #: Per rank: median and p99 of the tile lifecycle spans (``iris_trace.attribution``).
+    tile_lifecycle: dict = field(default_factory=dict)
+    #: The chain of events that set the window's end, earliest first.
+    critical_path: list[dict] = field(default_factory=list)
+    #: What to keep in mind reading the numbers (emulated timings, shared clocks, drops).
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        """Everything as JSON-ready builtins.
+        """Everything as JSON-ready builtins (addresses as ``0x...`` strings).
 
         Example:
             >>> report.to_dict()["overall"]["stall_ns"]
@@ -427,10 +246,16 @@ class Report:
             "world_size": self.world_size,
             "window_start_ns": self.window_start_ns,
             "window_ns": self.window_ns,
+            "notes": list(self.notes),
+            "summary": list(self.summary),
             "overall": dict(self.overall),
             "per_rank": [dict(row) for row in self.per_rank],
             "per_sm": [dict(row) for row in self.per_sm],
-            "top_stalls": [dict(row) for row in self.top_stalls],
+            "top_stalls": [_hex_address(row) for row in self.top_stalls],
+            "wait_causes": [dict(row) for row in self.wait_causes],
+            "tile_lifecycle": {str(rank): stats for rank, stats in self.tile_lifecycle.items()},
+            "critical_path": [_hex_address(row) for row in self.critical_path],
+            "legend": dict(LEGEND),
         }
 
     def to_json(self, path: str | None = None) -> str:
@@ -447,19 +272,21 @@ class Report:
         return text
 
     def to_csv(self, directory: str) -> list[str]:
-        """Write ``per_sm.csv``, ``per_rank.csv`` and ``top_stalls.csv``; returns their paths.
+        """Write ``per_sm.csv``, ``per_rank.csv``, ``top_stalls.csv`` and ``wait_causes.csv``.
 
-        None is written as an empty cell.
+        Returns their paths; None is written as an empty cell, addresses as ``0x...``.
 
         Example:
             >>> paths = report.to_csv("analysis/")
         """
         os.makedirs(directory, exist_ok=True)
         paths = []
+        cause_fields = ("rank", "op", "releaser_rank", "producer", "waits", "wait_ns", "share", *PARTS)
         for name, fields, rows in (
             ("per_sm.csv", PER_SM_FIELDS, self.per_sm),
             ("per_rank.csv", PER_RANK_FIELDS, self.per_rank),
-            ("top_stalls.csv", STALL_FIELDS, self.top_stalls),
+            ("top_stalls.csv", STALL_FIELDS, [_hex_address(r) for r in self.top_stalls]),
+            ("wait_causes.csv", cause_fields, self.wait_causes),
         ):
             path = os.path.join(directory, name)
             with open(path, "w", newline="") as f:
@@ -470,20 +297,24 @@ class Report:
         return paths
 
     def format_table(self) -> str:
-        """Fixed-width text: per rank, the SMs that stalled longest, then the longest stalls.
+        """Fixed-width text: notes, the summary in words, per rank, the SMs that stalled
+        longest, the longest stalls with their causes, the critical path and a legend.
 
-        Lengths are microseconds with one decimal; stall start times are from the window start.
+        Lengths are microseconds with one decimal; start times count from the window start.
 
         Example:
             >>> print(report.format_table())
         """
         us = _microseconds
-        lines = [
+        lines = [f"note: {note}" for note in self.notes]
+        lines += [
             f"window {us(self.window_ns)} us, {self.world_size} rank(s), "
-            f"{len(self.per_sm)} SM(s) with events; times in us",
+            f"{len(self.per_sm)} SM(s) with events; times in us from the window start",
             "",
-            "per rank",
         ]
+        if self.summary:
+            lines += ["why ranks waited", *[f"  {line}" for line in self.summary], ""]
+        lines.append("per rank")
         headers = ["rank", "compute", "comm", "wait", "overlap", "stall", "idle", "ratio", "bytes"]
         rows = []
         for row in [*self.per_rank, {**self.overall, "rank": "all"}]:
@@ -494,25 +325,31 @@ class Report:
         lines += _fixed_width(headers, rows)
 
         by_stall = sorted(self.per_sm, key=lambda r: (-r["stall_ns"], r["rank"], r["cu_id"]))
-        lines += ["", f"per SM, longest stall first (at most {TABLE_SM_ROWS} of {len(self.per_sm)})"]
+        shown = min(TABLE_SM_ROWS, len(by_stall))
+        lines += ["", f"per SM, longest stall first ({shown} of {len(self.per_sm)} SMs)"]
         headers = ["rank", "sm", "compute", "comm", "wait", "overlap", "stall", "idle", "bytes"]
         rows = [
             [r["rank"], r["cu_id"]]
             + [us(r[k]) for k in ("compute_ns", "comm_ns", "wait_ns", "overlap_ns", "stall_ns", "idle_ns")]
             + [r["bytes_moved"]]
-            for r in by_stall[:TABLE_SM_ROWS]
+            for r in by_stall[:shown]
         ]
         lines += _fixed_width(headers, rows)
 
         lines += ["", f"longest stalls ({len(self.top_stalls)})"]
-        headers = ["rank", "sm", "pid", "tile", "op", "address", "start", "duration", "value", "released by"]
+        headers = ["rank", "sm", "pid", "tile", "op", "address", "start", "duration"]
+        headers += ["computing", "not sent", "in flight", "late look", "released by"]
         rows = []
         for s in self.top_stalls:
             if s["releaser_rank"] is None:
                 releaser = "-"
             else:
-                at = us(s["releaser_start_ns"] - self.window_start_ns)
-                releaser = f"rank {s['releaser_rank']} sm {s['releaser_cu_id']} {s['releaser_op']} at {at}"
+                releaser = (
+                    f"rank {s['releaser_rank']} sm {s['releaser_cu_id']} {s['releaser_op']} at "
+                    f"{us(s['releaser_start_ns'])}"
+                )
+                if s["producer"] is not None:
+                    releaser += f" after {s['producer']} ended at {us(s['producer_end_ns'])}"
             rows.append(
                 [
                     s["rank"],
@@ -521,14 +358,33 @@ class Report:
                     f"{s['pid_m']},{s['pid_n']}",
                     s["op"],
                     f"{s['address']:#x}",
-                    us(s["start_ns"] - self.window_start_ns),
+                    us(s["start_ns"]),
                     us(s["duration_ns"]),
-                    s["value"],
+                    us(s["computing_ns"]),
+                    us(s["releaser_waiting_ns"] + s["not_released_ns"] + s["unattributed_ns"]),
+                    us(s["in_flight_ns"]),
+                    us(s["late_look_ns"]),
                     releaser,
                 ]
             )
         lines += _fixed_width(headers, rows)
+        if self.critical_path:
+            lines += ["", "critical path (what set the end of the window)"]
+            for step in self.critical_path:
+                tile = f" tile ({step['pid_m']},{step['pid_n']})" if step["pid_m"] >= 0 else ""
+                lines.append(
+                    f"  rank {step['rank']} SM {step['cu_id']}: {step['op']}{tile} "
+                    f"{us(step['start_ns'])}-{us(step['end_ns'])}"
+                )
+        lines += ["", "columns"] + [f"  {name}: {meaning}" for name, meaning in LEGEND.items()]
         return "\n".join(lines)
+
+
+def _hex_address(row: dict) -> dict:
+    out = dict(row)
+    if isinstance(out.get("address"), int):
+        out["address"] = f"{out['address']:#x}"
+    return out
 
 
 def _microseconds(ns: int) -> str:
@@ -546,52 +402,79 @@ def _fixed_width(headers: list[str], rows: list[list]) -> list[str]:
     return lines
 
 
-def _top_stalls(events, starts, ends, releaser, scope_names, top) -> list[dict]:
-    waits = np.nonzero(np.isin(events["event_id"], list(WAIT_EVENTS)))[0]
+def _event_row(event, origin: int, scope_names) -> dict:
+    return {
+        "rank": int(event["cur_rank"]),
+        "cu_id": int(event["cu_id"]),
+        "pid": int(event["pid"]),
+        "pid_m": int(event["pid_m"]),
+        "pid_n": int(event["pid_n"]),
+        "op": event_name(int(event["event_id"]), scope_names),
+        "address": int(event["address"]),
+        "start_ns": int(event["start_ns"]) - origin,
+        "end_ns": max(int(event["end_ns"]), int(event["start_ns"])) - origin,
+    }
+
+
+def _top_stalls(events, starts, ends, causes, scope_names, top, origin) -> list[dict]:
+    waits = causes["index"]
     duration = ends[waits] - starts[waits]
     # lexsort: longest first, then earliest start, then input order.
-    chosen = waits[np.lexsort((waits, starts[waits], -duration))][: max(top, 0)]
+    chosen = np.lexsort((waits, starts[waits], -duration))[: max(top, 0)]
     rows = []
-    for i in chosen:
+    for row_index in chosen:
+        i = int(waits[row_index])
         event = events[i]
-        row = {
-            "rank": int(event["cur_rank"]),
-            "cu_id": int(event["cu_id"]),
-            "pid": int(event["pid"]),
-            "pid_m": int(event["pid_m"]),
-            "pid_n": int(event["pid_n"]),
-            "op": event_name(int(event["event_id"]), scope_names),
-            "address": int(event["address"]),
-            "start_ns": int(starts[i]),
-            "duration_ns": int(ends[i] - starts[i]),
-            "value": int(event["value"]),
-            "releaser_rank": None,
-            "releaser_cu_id": None,
-            "releaser_op": None,
-            "releaser_start_ns": None,
-        }
-        if releaser[i] >= 0:
-            source = events[releaser[i]]
-            row["releaser_rank"] = int(source["cur_rank"])
-            row["releaser_cu_id"] = int(source["cu_id"])
-            row["releaser_op"] = event_name(int(source["event_id"]), scope_names)
-            row["releaser_start_ns"] = int(source["start_ns"])
+        row = _event_row(event, origin, scope_names)
+        del row["end_ns"]
+        row.update(
+            {
+                "duration_ns": int(ends[i] - starts[i]),
+                "value": int(event["value"]),
+                "releaser_rank": None,
+                "releaser_cu_id": None,
+                "releaser_op": None,
+                "releaser_start_ns": None,
+                "producer": None,
+                "producer_end_ns": None,
+                **{name: int(causes[name][row_index]) for name in PARTS},
+            }
+        )
+        source = int(causes["releaser"][row_index])
+        if source >= 0:
+            released_by = events[source]
+            row["releaser_rank"] = int(released_by["cur_rank"])
+            row["releaser_cu_id"] = int(released_by["cu_id"])
+            row["releaser_op"] = event_name(int(released_by["event_id"]), scope_names)
+            row["releaser_start_ns"] = int(released_by["start_ns"]) - origin
+        step = int(causes["producer"][row_index])
+        if step >= 0:
+            row["producer"] = event_name(int(events[step]["event_id"]), scope_names)
+            if events[step]["pid_m"] >= 0:
+                row["producer"] += f" ({int(events[step]['pid_m'])},{int(events[step]['pid_n'])})"
+            row["producer_end_ns"] = int(ends[step]) - origin
         rows.append(row)
     return rows
 
 
 def analyze(
-    events: np.ndarray, world_size: int, scope_names: dict[int, str] | None = None, top: int = 10
+    events: np.ndarray,
+    world_size: int,
+    scope_names: dict[int, str] | None = None,
+    top: int = 10,
+    notes: list[str] | None = None,
 ) -> Report:
-    """Compute, communication, overlap, stall and idle time per SM, per rank and overall.
+    """Compute, communication, overlap, stall and idle time per SM, per rank and overall,
+    and why ranks waited.
 
     Definitions are in the module docstring. ``events`` is an ``EVENT_DTYPE`` array on one
-    clock (``Trace.events``), in any order.
+    clock (``Trace.events``), in any order; ``notes`` go to the top of the report
+    (:func:`analyze_trace` fills them from the trace's metadata).
 
     Example:
         >>> report = analyze(trace.events, trace.world_size, trace.scope_names, top=5)
         >>> report.per_rank[1]["stall_ns"], report.overall["overlap_ratio"]
-        >>> report.top_stalls[0]["releaser_rank"]
+        >>> report.top_stalls[0]["releaser_rank"], report.summary[0]
     """
     events = np.asarray(events)
     if events.dtype != EVENT_DTYPE:
@@ -629,8 +512,10 @@ def analyze(
     overall = {k: sum(row[k] for row in per_rank) for k in OVERALL_FIELDS[:-1]}
     overall["overlap_ratio"] = _ratio(overall["compute_during_comm_ns"], overall["comm_or_wait_ns"])
 
-    releaser = match_releasers(events)
-    top_stalls = _top_stalls(events, starts, ends, releaser, scope_names, top)
+    causes = attribute_waits(events)
+    groups = wait_groups(events, causes, scope_names)
+    lifecycle = lifecycle_summary(tile_lifecycles(events))
+    path = critical_path(events, match_releasers(events))
     return Report(
         world_size=world_size,
         window_start_ns=window_start,
@@ -638,5 +523,44 @@ def analyze(
         per_sm=per_sm,
         per_rank=per_rank,
         overall=overall,
-        top_stalls=top_stalls,
+        top_stalls=_top_stalls(events, starts, ends, causes, scope_names, top, window_start),
+        summary=summarize_waits(groups, world_size, lifecycle),
+        wait_causes=groups,
+        tile_lifecycle=lifecycle,
+        critical_path=[_event_row(events[i], window_start, scope_names) for i in path],
+        notes=list(notes or []),
     )
+
+
+def trace_notes(trace) -> list[str]:
+    """What a reader of ``trace``'s numbers must know: emulated timings, shared clocks, drops.
+
+    Example:
+        >>> trace_notes(Trace.from_files(files))
+        ['timings are the Triton interpreter's on the CPU (emulation backend), not a GPU's: ...']
+    """
+    notes = []
+    devices = {r.device for r in trace.ranks}
+    if any(device.startswith("emulated") for device in devices):
+        notes.append(
+            "timings are the Triton interpreter's on the CPU (emulation backend), not a GPU's: "
+            "programs of a launch run one after another and every op costs microseconds, so "
+            "overlap is near zero and most time is idle; read the order of events, not their lengths"
+        )
+    shared = [fit for fit in trace.clock_fits[1:] if fit.shared_clock]
+    if shared:
+        notes.append(
+            f"{len(shared) + 1} ranks read one clock (the same GPU or host): no offset was fitted for them"
+        )
+    if sum(trace.dropped):
+        notes.append(f"{sum(trace.dropped)} events were dropped (per rank {trace.dropped}): raise max_events")
+    return notes
+
+
+def analyze_trace(trace, top: int = 10) -> Report:
+    """:func:`analyze` of a merged :class:`~iris_trace.trace.Trace`, with its :func:`trace_notes`.
+
+    Example:
+        >>> print(analyze_trace(Trace.from_files(files)).format_table())
+    """
+    return analyze(trace.events, trace.world_size, trace.scope_names, top=top, notes=trace_notes(trace))

@@ -1,12 +1,13 @@
-"""``iris-trace``: merge per-rank trace files, export them, report on them, plot them.
+"""iris-trace: merge per-rank trace files, export them, report on them, plot them.
 
     iris-trace merge traces/rank*.npz -o run.pftrace [--json run.json]
     iris-trace report traces/rank*.npz [--json report.json] [--csv report/] [--top 10]
-    iris-trace plot traces/rank*.npz -o stalls.png [--bins 200]
+    iris-trace plot traces/rank*.npz -o timeline.png [--bins 300] [--title TEXT]
     iris-trace validate run.pftrace --trace-processor /path/to/trace_processor_shell
     iris-trace hang-report [--dir /dev/shm] [--session ID] [--json report.json] [files...]
 
-Per-rank files come from ``ctx.tracing.collect("traces")`` (one ``rank<N>.npz`` each).
+Per-rank files come from ctx.tracing.collect("traces") or ctx.tracing.export("traces")
+(one rank<N>.npz each; the quick start leaves them in iris_traces/).
 """
 
 from __future__ import annotations
@@ -55,10 +56,10 @@ def merge(args) -> int:
 
 
 def report(args) -> int:
-    from .analysis import analyze
+    from .analysis import analyze_trace
 
     trace = _load(args.files)
-    result = analyze(trace.events, trace.world_size, trace.scope_names, top=args.top)
+    result = analyze_trace(trace, top=args.top)
     print(result.format_table())
     if args.json:
         result.to_json(args.json)
@@ -70,17 +71,38 @@ def report(args) -> int:
 
 
 def plot(args) -> int:
-    from .plot import stall_heatmap
+    from .analysis import trace_notes
+    from .plot import timeline
 
     trace = _load(args.files)
-    print(f"wrote {stall_heatmap(trace.events, args.output, bins=args.bins)}")
+    title = args.title if args.title is not None else (trace.ranks[0].command or None)
+    path = timeline(
+        trace.events,
+        args.output,
+        trace.world_size,
+        bins=args.bins,
+        title=title,
+        scope_names=trace.scope_names,
+        notes=trace_notes(trace),
+    )
+    print(f"wrote {path}")
     return 0
 
 
 def validate(args) -> int:
+    import os
+
     from viewer_exports.validate import check_with_trace_processor
 
-    result = check_with_trace_processor(args.trace, args.trace_processor)
+    if not (os.path.isfile(args.trace_processor) and os.access(args.trace_processor, os.X_OK)):
+        print(f"iris-trace: {args.trace_processor}: not an executable trace_processor_shell", file=sys.stderr)
+        return 2
+    try:
+        result = check_with_trace_processor(args.trace, args.trace_processor)
+    except Exception as error:  # noqa: BLE001 - the processor's own failures, as one line
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(f"iris-trace: the trace processor could not load {args.trace}: {first}", file=sys.stderr)
+        return 2
     print(f"{args.trace}: {result.slices} slices, {result.flows} flows, {result.tracks} tracks")
     for name, count in result.errors.items():
         print(f"  error {name}: {count}")
@@ -111,23 +133,46 @@ def hang_report(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="iris-trace", description=__doc__.splitlines()[0])
+    from .analysis import LEGEND
+
+    parser = argparse.ArgumentParser(
+        prog="iris-trace",
+        description=__doc__.splitlines()[0].split(": ", 1)[1],
+        epilog="\n".join(__doc__.splitlines()[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     merging = commands.add_parser("merge", help="merge rank files into one Perfetto (and Chrome JSON) trace")
     merging.add_argument("files", nargs="+", help="one rank<N>.npz per rank")
     merging.add_argument("-o", "--output", required=True, help="the .pftrace to write")
     merging.add_argument("--json", help="also write Chrome trace JSON here")
     merging.set_defaults(run=merge)
-    reporting = commands.add_parser("report", help="per-rank and per-SM overlap and stall tables")
-    reporting.add_argument("files", nargs="+")
+    legend = "columns:\n" + "\n".join(f"  {name}: {meaning}" for name, meaning in LEGEND.items())
+    reporting = commands.add_parser(
+        "report",
+        help="why ranks waited, and per-rank and per-SM overlap and stall tables",
+        description="Why ranks waited (in words), per rank and per SM compute, communication, wait, "
+        "overlap, stall and idle time, the longest stalls with what released them, the critical path.",
+        epilog=legend,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    reporting.add_argument("files", nargs="+", help="one rank<N>.npz per rank")
     reporting.add_argument("--json", help="write the report as JSON")
     reporting.add_argument("--csv", help="write per_sm.csv, per_rank.csv and top_stalls.csv into this folder")
     reporting.add_argument("--top", type=int, default=10, help="how many of the longest stalls to list")
     reporting.set_defaults(run=report)
-    plotting = commands.add_parser("plot", help="per-SM stall and overlap heat map (PNG)")
-    plotting.add_argument("files", nargs="+")
-    plotting.add_argument("-o", "--output", required=True)
-    plotting.add_argument("--bins", type=int, default=200)
+    plotting = commands.add_parser(
+        "plot", help="per-SM timeline of computing, communicating, waiting and idle time (PNG)"
+    )
+    plotting.add_argument("files", nargs="+", help="one rank<N>.npz per rank")
+    plotting.add_argument("-o", "--output", required=True, help="the .png to write")
+    plotting.add_argument(
+        "--bins",
+        type=int,
+        default=300,
+        help="time bins across the window (default 300; the width is on the axis)",
+    )
+    plotting.add_argument("--title", help="first line of the title (default: the traced command)")
     plotting.set_defaults(run=plot)
     validating = commands.add_parser("validate", help="load a .pftrace with Perfetto's trace processor")
     validating.add_argument("trace")

@@ -36,6 +36,9 @@ class ClockFit:
     at_ns: float
     residual_ns: float  # scatter (median absolute deviation) of the offsets the fit used
     rtt_ns: float  # shortest round trip: asymmetric links could bias the offset by up to half of it
+    #: True when this rank reads the reference's own clock (the same GPU, or the host under
+    #: emulation): nothing is fitted, the offset and drift are zero by construction.
+    shared_clock: bool = False
 
     def to_reference(self, local_ns: np.ndarray) -> np.ndarray:
         """Map this rank's timestamps onto the reference rank's clock."""
@@ -77,11 +80,25 @@ def fit(first: ClockEstimate, second: ClockEstimate | None = None) -> ClockFit:
     )
 
 
-def fit_all(sync_at_enable: np.ndarray, sync_at_collect: np.ndarray | None) -> list[ClockFit]:
-    """One fit per rank from ping-pong arrays of shape ``(world, rounds, 4)`` (rank 0: identity)."""
-    fits = [ClockFit(0.0, 0.0, 0.0, 0.0, 0.0)]
+def fit_all(
+    sync_at_enable: np.ndarray, sync_at_collect: np.ndarray | None, shared: list[bool] | None = None
+) -> list[ClockFit]:
+    """One fit per rank from ping-pong arrays of shape ``(world, rounds, 4)`` (rank 0: identity).
+
+    ``shared[r]`` says rank ``r`` reads rank 0's own clock: it gets the identity fit, with
+    the measured shortest round trip kept for reference.
+
+    Example:
+        >>> fits = fit_all(sync_enable, sync_collect, shared=[True, True])
+        >>> fits[1].offset_ns, fits[1].shared_clock
+        (0.0, True)
+    """
+    fits = [ClockFit(0.0, 0.0, 0.0, 0.0, 0.0, shared_clock=True)]
     for rank in range(1, len(sync_at_enable)):
         first = estimate(sync_at_enable[rank])
+        if shared is not None and shared[rank]:
+            fits.append(ClockFit(0.0, 0.0, 0.0, 0.0, first.rtt_ns, shared_clock=True))
+            continue
         second = estimate(sync_at_collect[rank]) if sync_at_collect is not None else None
         fits.append(fit(first, second))
     return fits

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .events import EVENT_NAMES
+from . import schema
 
 MAGIC = int.from_bytes(b"IRISFLT1", "little")
 VERSION = 2
@@ -64,16 +64,17 @@ PHASES = {
 }
 PHASE_RUNNING, PHASE_BARRIER, PHASE_COLLECTIVE, PHASE_CLOSED = 0, 1, 2, 3
 
-WAIT_BEGIN = 17
-WAIT_END = 16
-SIGNAL = 15
+WAIT_BEGIN = schema.WAIT_BEGIN
+#: The ring records a wait's end under the wait_until id (its op family is in ``op``).
+WAIT_END = schema.WAIT_UNTIL
+SIGNAL = schema.SIGNAL
 #: Ring kinds: the tracing event ids plus the start of a wait.
-KIND_NAMES = {**EVENT_NAMES, WAIT_BEGIN: "wait_begin", WAIT_END: "wait_end"}
+KIND_NAMES = {**schema.EVENT_NAMES, WAIT_BEGIN: "wait_begin", WAIT_END: "wait_end"}
 #: Kinds that change a peer's memory: what a rank "sent".
-SENT_KINDS = frozenset({2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
-CMPS = ("eq", "ne", "gt", "ge", "lt", "le")
+SENT_KINDS = schema.RELEASE_EVENTS
+CMPS = schema.CMPS
 CMP_SYMBOLS = {"eq": "==", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
-OP_NAMES = {0: "wait", 1: "iris.wait_until", 2: "iris.device_barrier", 3: "iris.ccl", 4: "iris.ops"}
+OP_NAMES = schema.OP_NAMES
 
 ENTRY_DTYPE = np.dtype(
     [

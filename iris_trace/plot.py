@@ -1,21 +1,49 @@
-"""Stall and overlap over time, one row per SM.
+"""The picture that answers: what every SM of every rank did over time, and where it stalled.
 
-:func:`binned_fractions` computes, for every ``(cur_rank, cu_id)`` with events and every
-time bin of the trace window, the fraction of the bin the SM spent
+:func:`state_fractions` cuts the trace window into bins and gives, for every
+``(rank, SM)`` with events, the fraction of each bin the SM spent in each *state*,
+one state at a time by priority:
 
-* stalled: inside a wait and outside every compute scope (``W minus C`` of
-  :mod:`iris_trace.analysis`), and
-* overlapping: inside a compute scope while communication is in flight (``C ∩ M``).
+* computing: inside a compute scope (``trace_begin``/``trace_end``: a GEMM tile);
+* communicating: inside an RMA op and no compute scope;
+* waiting: inside a wait (``wait_until``, the device barrier's, a collective's) and
+  neither of the above: the stall of :mod:`iris_trace.analysis`;
+* idle: no event at all.
 
-:func:`stall_heatmap` draws both matrices (needs matplotlib).
+:func:`timeline` draws them as one row per SM (or per group of consecutive SMs of a
+rank when there are more rows than fit, said in the axis label), ranks separated and
+labelled, each state its own colour mixed by its fraction, time in µs or ms with the
+bin width stated, and the longest stalls numbered with what released them. Below it,
+the whole run per rank: the overlap ratio (Holistic Trace Analysis's, per bin) and the
+bytes moved (GB/s, by the bin each data op ends in). :func:`binned_fractions` is the
+older two-matrix view (stalled and overlapped fraction per SM).
 """
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
-from .analysis import COMM, COMPUTE, WAIT, _Coverage, categories, sm_index
+from .analysis import _Coverage, analyze
 from .events import EVENT_DTYPE
+from .matching import COMM, COMPUTE, WAIT, categories, sm_index
+from .schema import DMA_CU_BASE
+
+STATES = ("computing", "communicating", "waiting", "idle")
+#: RGB of each state (idle is near white, so busy SMs stand out).
+COLOURS = np.array(
+    [
+        [0.23, 0.46, 0.69],  # computing: blue
+        [0.94, 0.53, 0.21],  # communicating: orange
+        [0.80, 0.15, 0.15],  # waiting: red
+        [0.96, 0.96, 0.96],  # idle: light grey
+    ]
+)
+#: Most rows :func:`timeline` draws; SMs of a rank are grouped to stay under it.
+MAX_ROWS = 128
+#: Stalls numbered on the picture.
+MARKED_STALLS = 5
 
 
 def _bin_lengths(keys, starts, ends, n_rows: int, edges: np.ndarray) -> np.ndarray:
@@ -39,19 +67,7 @@ def _bin_lengths(keys, starts, ends, n_rows: int, edges: np.ndarray) -> np.ndarr
     return total
 
 
-def binned_fractions(events: np.ndarray, bins: int = 200):
-    """Stalled and overlapping fraction of each time bin, per SM.
-
-    Returns ``(rows, edges, stall, overlap)``: ``rows`` an int64 ``(n, 2)`` array of
-    ``(cur_rank, cu_id)`` (sorted; SMs with at least one event), ``edges`` the ``bins + 1``
-    float64 bin edges splitting the window ``[min start_ns, max end_ns]`` evenly, and
-    ``stall`` / ``overlap`` float64 ``(n, bins)`` fractions in ``[0, 1]`` (0 for a window of
-    zero length).
-
-    Example:
-        >>> rows, edges, stall, overlap = binned_fractions(trace.events, bins=100)
-        >>> rank, sm = rows[stall.sum(axis=1).argmax()]     # the SM that stalled most
-    """
+def _prepare(events: np.ndarray, bins: int):
     if bins < 1:
         raise ValueError(f"bins must be at least 1, got {bins}")
     events = np.asarray(events)
@@ -59,75 +75,263 @@ def binned_fractions(events: np.ndarray, bins: int = 200):
         raise TypeError(f"events have dtype {events.dtype}, expected iris_trace.events.EVENT_DTYPE")
     starts = events["start_ns"].astype(np.int64)
     ends = np.maximum(events["end_ns"].astype(np.int64), starts)
-    if len(events) == 0:
-        empty = np.zeros((0, bins))
-        return np.zeros((0, 2), dtype=np.int64), np.zeros(bins + 1), empty, empty.copy()
-    edges = np.linspace(float(starts.min()), float(ends.max()), bins + 1)
+    edges = (
+        np.linspace(float(starts.min()), float(ends.max()), bins + 1) if len(events) else np.zeros(bins + 1)
+    )
+    return events, starts, ends, edges
 
-    rows, keys = sm_index(events)
-    category = categories(events["event_id"])
-    member = category[:, None] == np.array([COMPUTE, COMM, WAIT])
-    cover = _Coverage(keys, starts, ends, member, len(rows))
-    stalled = cover.covered[:, WAIT] & ~cover.covered[:, COMPUTE]
-    overlapping = cover.covered[:, COMPUTE] & cover.covered[:, COMM]
 
+def _fractions(cover: _Coverage, pieces_per_state, n_rows: int, edges: np.ndarray) -> list[np.ndarray]:
     widths = np.diff(edges)
-    fractions = []
-    for pieces in (stalled, overlapping):
+    out = []
+    for pieces in pieces_per_state:
         lengths = _bin_lengths(
             cover.key[pieces],
             cover.start[pieces].astype(np.float64),
             cover.end[pieces].astype(np.float64),
-            len(rows),
+            n_rows,
             edges,
         )
-        fractions.append(np.divide(lengths, widths, out=np.zeros_like(lengths), where=widths > 0))
-    return rows, edges, fractions[0], fractions[1]
+        out.append(np.divide(lengths, widths, out=np.zeros_like(lengths), where=widths > 0))
+    return out
 
 
-def stall_heatmap(events: np.ndarray, path: str, bins: int = 200, title: str | None = None) -> str:
-    """Write a PNG of :func:`binned_fractions`: stalled fraction on top, overlapped compute below.
+def state_fractions(events: np.ndarray, bins: int = 200):
+    """Fraction of each time bin every SM spent in each of :data:`STATES` (module docstring).
 
-    One row per ``(rank, SM)`` with events; x is time since the window start in microseconds.
-    Returns ``path``.
+    Returns ``(rows, edges, fractions)``: ``rows`` an int64 ``(n, 2)`` array of
+    ``(cur_rank, cu_id)`` (sorted; SMs with events; copy-engine lanes left out), ``edges``
+    the ``bins + 1`` bin edges splitting the window evenly, and ``fractions`` float64
+    ``(n, bins, 4)`` in ``[0, 1]``, summing to 1 in every bin of positive width.
 
     Example:
-        >>> stall_heatmap(trace.events, "analysis/stalls.png", bins=300, title="gemm + all-scatter")
+        >>> rows, edges, fractions = state_fractions(trace.events, bins=100)
+        >>> fractions[..., STATES.index("waiting")].sum(axis=1).argmax()   # the SM that stalled most
+    """
+    events, starts, ends, edges = _prepare(events, bins)
+    on_sm = events["cu_id"].astype(np.int64) < DMA_CU_BASE
+    events, starts, ends = events[on_sm], starts[on_sm], ends[on_sm]
+    if len(events) == 0:
+        return np.zeros((0, 2), dtype=np.int64), edges, np.zeros((0, bins, len(STATES)))
+    rows, keys = sm_index(events)
+    category = categories(events["event_id"])
+    cover = _Coverage(keys, starts, ends, category[:, None] == np.array([COMPUTE, COMM, WAIT]), len(rows))
+    computing = cover.covered[:, COMPUTE]
+    communicating = cover.covered[:, COMM] & ~computing
+    waiting = cover.covered[:, WAIT] & ~computing & ~communicating
+    busy = _fractions(cover, (computing, communicating, waiting), len(rows), edges)
+    idle = np.clip(1.0 - busy[0] - busy[1] - busy[2], 0.0, 1.0)
+    fractions = np.stack([*busy, idle], axis=-1)
+    fractions[:, np.diff(edges) <= 0, :] = 0.0
+    return rows, edges, fractions
+
+
+def binned_fractions(events: np.ndarray, bins: int = 200):
+    """Stalled and overlapping fraction of each time bin, per SM.
+
+    Returns ``(rows, edges, stall, overlap)``: ``rows`` an int64 ``(n, 2)`` array of
+    ``(cur_rank, cu_id)`` (sorted; SMs with at least one event), ``edges`` the ``bins + 1``
+    float64 bin edges splitting the window ``[min start_ns, max end_ns]`` evenly, and
+    ``stall`` / ``overlap`` float64 ``(n, bins)`` fractions in ``[0, 1]``: waiting with no
+    compute on the SM, and computing while communication is in flight on it.
+
+    Example:
+        >>> rows, edges, stall, overlap = binned_fractions(trace.events, bins=100)
+        >>> rank, sm = rows[stall.sum(axis=1).argmax()]     # the SM that stalled most
+    """
+    events, starts, ends, edges = _prepare(events, bins)
+    if len(events) == 0:
+        empty = np.zeros((0, bins))
+        return np.zeros((0, 2), dtype=np.int64), edges, empty, empty.copy()
+    rows, keys = sm_index(events)
+    category = categories(events["event_id"])
+    cover = _Coverage(keys, starts, ends, category[:, None] == np.array([COMPUTE, COMM, WAIT]), len(rows))
+    stalled = cover.covered[:, WAIT] & ~cover.covered[:, COMPUTE]
+    overlapping = cover.covered[:, COMPUTE] & cover.covered[:, COMM]
+    stall, overlap = _fractions(cover, (stalled, overlapping), len(rows), edges)
+    return rows, edges, stall, overlap
+
+
+def rank_overview(events: np.ndarray, world_size: int, bins: int = 200):
+    """Per rank and bin: the overlap ratio and the bytes moved.
+
+    Returns ``(edges, ratio, moved)``: ``ratio`` float64 ``(world_size, bins)``, Holistic
+    Trace Analysis's ``|C ∩ (M ∪ W)| / |M ∪ W|`` over the rank's SMs in each bin (NaN where
+    the rank neither communicates nor waits), and ``moved`` the payload bytes of the
+    rank's data ops that end in each bin.
+
+    Example:
+        >>> edges, ratio, moved = rank_overview(trace.events, trace.world_size)
+        >>> moved[0].sum()   # bytes rank 0 moved
+    """
+    events, starts, ends, edges = _prepare(events, bins)
+    ratio = np.full((world_size, bins), np.nan)
+    moved = np.zeros((world_size, bins))
+    if len(events) == 0:
+        return edges, ratio, moved
+    ranks = events["cur_rank"].astype(np.int64)
+    category = categories(events["event_id"])
+    cover = _Coverage(ranks, starts, ends, category[:, None] == np.array([COMPUTE, COMM, WAIT]), world_size)
+    comm_or_wait = cover.covered[:, COMM] | cover.covered[:, WAIT]
+    during = comm_or_wait & cover.covered[:, COMPUTE]
+    numerator, denominator = _fractions(cover, (during, comm_or_wait), world_size, edges)
+    np.divide(numerator, denominator, out=ratio, where=denominator > 0)
+    data = category == COMM
+    bin_of = np.clip(np.searchsorted(edges, ends[data], side="right") - 1, 0, bins - 1)
+    np.add.at(moved, (ranks[data], bin_of), events["payload_bytes"][data].astype(np.float64))
+    return edges, ratio, moved
+
+
+def _group_rows(rows: np.ndarray, fractions: np.ndarray, max_rows: int):
+    """Average consecutive SMs of each rank into groups so that at most ``max_rows`` remain.
+
+    Returns ``(labels, rank_of_row, fractions, group)`` where ``group`` is the SMs per row.
+    """
+    ranks = np.unique(rows[:, 0]) if len(rows) else np.zeros(0, dtype=np.int64)
+    per_rank = max(1, max_rows // max(len(ranks), 1))
+    largest = max((int((rows[:, 0] == r).sum()) for r in ranks), default=1)
+    group = max(1, -(-largest // per_rank))
+    labels, owner, grouped = [], [], []
+    for rank in ranks:
+        mine = np.flatnonzero(rows[:, 0] == rank)
+        for lo in range(0, len(mine), group):
+            chunk = mine[lo : lo + group]
+            first, last = int(rows[chunk[0], 1]), int(rows[chunk[-1], 1])
+            labels.append(f"r{rank} sm{first}" if group == 1 else f"r{rank} sm{first}-{last}")
+            owner.append(int(rank))
+            grouped.append(fractions[chunk].mean(axis=0))
+    shape = (0,) + fractions.shape[1:]
+    return labels, np.array(owner), np.stack(grouped) if grouped else np.zeros(shape), group
+
+
+def _time_unit(span_ns: float) -> tuple[float, str]:
+    return (1e6, "ms") if span_ns >= 5e6 else (1e3, "µs")
+
+
+def timeline(
+    events: np.ndarray,
+    path: str,
+    world_size: int | None = None,
+    bins: int = 300,
+    title: str | None = None,
+    scope_names: dict[int, str] | None = None,
+    notes: list[str] | None = None,
+    max_rows: int = MAX_ROWS,
+) -> str:
+    """Write the PNG described in the module docstring; returns ``path`` (needs matplotlib).
+
+    Example:
+        >>> timeline(trace.events, "stalls.png", trace.world_size, title="gemm + all-scatter")
     """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.patches import Patch
     except ImportError as exc:
-        raise ImportError("stall_heatmap needs matplotlib: pip install matplotlib") from exc
+        raise ImportError("the timeline needs matplotlib: pip install matplotlib") from exc
 
-    rows, edges, stall, overlap = binned_fractions(events, bins)
-    n_rows = max(len(rows), 1)
-    span_us = (edges[-1] - edges[0]) / 1000.0 if len(rows) else 0.0
-    extent = (0.0, span_us if span_us > 0 else 1.0, n_rows - 0.5, -0.5)
-    height = min(2.0 + 0.3 * n_rows, 24.0)
-    # A bare Agg figure leaves pyplot's global backend and figure list alone.
-    figure = Figure(figsize=(12, height), layout="constrained")
-    FigureCanvasAgg(figure)
-    axes = figure.subplots(2, 1, sharex=True)
-    panels = (
-        (stall, "stalled: waiting, no compute on the SM", "Reds"),
-        (overlap, "compute overlapped with communication", "Greens"),
+    events = np.asarray(events)
+    if world_size is None:
+        world_size = int(events["cur_rank"].max()) + 1 if len(events) else 1
+    rows, edges, fractions = state_fractions(events, bins)
+    labels, owner, grouped, group = _group_rows(rows, fractions, max_rows)
+    origin = edges[0]
+    scale, unit = _time_unit(edges[-1] - origin)
+    span = (edges[-1] - origin) / scale or 1.0
+    bin_width = (edges[1] - edges[0]) / scale if len(edges) > 1 else 0.0
+
+    n_rows = max(len(labels), 1)
+    figure = Figure(figsize=(14, 5.5 + min(0.09 * n_rows, 12.0)), layout="constrained")
+    FigureCanvasAgg(figure)  # a bare Agg figure leaves pyplot's global state alone
+    axes = figure.subplots(4, 1, height_ratios=[max(3.0, 0.09 * n_rows), 1.0, 1.0, 0.8])
+    axes[1].sharex(axes[0])
+    axes[2].sharex(axes[0])
+
+    image = grouped @ COLOURS if len(labels) else np.ones((1, bins, 3))
+    axes[0].imshow(
+        np.clip(image, 0, 1),
+        aspect="auto",
+        interpolation="nearest",
+        extent=(0.0, span, n_rows - 0.5, -0.5),
     )
-    # At most ~40 labelled rows keeps the labels legible on large GPUs.
-    ticks = np.unique(np.linspace(0, n_rows - 1, min(n_rows, 40)).round().astype(int))
-    labels = [f"r{rows[i, 0]} sm{rows[i, 1]}" for i in ticks] if len(rows) else []
-    for axis, (matrix, name, colours) in zip(axes, panels):
-        shown = matrix if len(rows) else np.zeros((1, bins))
-        image = axis.imshow(
-            shown, aspect="auto", interpolation="nearest", cmap=colours, vmin=0.0, vmax=1.0, extent=extent
+    step = max(1, n_rows // 48)
+    axes[0].set_yticks(range(0, n_rows, step))
+    axes[0].set_yticklabels(labels[::step], fontsize=7)
+    for boundary in np.flatnonzero(np.diff(owner)) if len(owner) else []:
+        axes[0].axhline(boundary + 0.5, color="black", linewidth=1.2)
+    grouping = f", SMs in groups of {group}" if group > 1 else ""
+    axes[0].set_ylabel(f"rank / SM{grouping}")
+    handles = [Patch(color=COLOURS[i], label=name) for i, name in enumerate(STATES)]
+    axes[0].legend(handles=handles, loc="upper right", fontsize=8, ncols=4, framealpha=0.9)
+
+    report = analyze(events, world_size, scope_names, top=MARKED_STALLS) if len(events) else None
+    captions = []
+    for number, stall in enumerate(report.top_stalls if report else [], start=1):
+        grouped_row = _grouped_row(labels, stall["rank"], stall["cu_id"], rows, group)
+        if grouped_row is None:
+            continue
+        middle = (stall["start_ns"] + stall["duration_ns"] / 2 + report.window_start_ns - origin) / scale
+        axes[0].annotate(
+            str(number),
+            (middle, grouped_row),
+            fontsize=8,
+            fontweight="bold",
+            ha="center",
+            va="center",
+            bbox={"boxstyle": "circle,pad=0.2", "facecolor": "white", "edgecolor": "black"},
         )
-        axis.set_title(name)
-        axis.set_ylabel("rank / SM")
-        axis.set_yticks(ticks if len(rows) else [])
-        axis.set_yticklabels(labels, fontsize=7)
-        figure.colorbar(image, ax=axis, label="fraction of bin")
-    axes[-1].set_xlabel("time since window start (us)")
-    if title:
-        figure.suptitle(title)
+        released = (
+            f"released by rank {stall['releaser_rank']} SM {stall['releaser_cu_id']} {stall['releaser_op']}"
+            if stall["releaser_rank"] is not None
+            else "released by nothing traced"
+        )
+        if stall["producer"]:
+            released += f" after {stall['producer']}"
+        captions.append(
+            f"{number}: rank {stall['rank']} SM {stall['cu_id']} {stall['op']} "
+            f"{stall['duration_ns'] / scale:.3g} {unit}, {released}"
+        )
+
+    overview_edges, ratio, moved = rank_overview(events, world_size, bins)
+    centres = ((overview_edges[:-1] + overview_edges[1:]) / 2 - origin) / scale
+    width_s = np.diff(overview_edges) / 1e9
+    for rank in range(world_size):
+        axes[1].plot(centres, ratio[rank], linewidth=1, label=f"rank {rank}")
+        rate = np.divide(moved[rank], width_s, out=np.zeros_like(moved[rank]), where=width_s > 0) / 1e9
+        axes[2].plot(centres, rate, linewidth=1, label=f"rank {rank}")
+    axes[1].set_ylabel("overlap ratio")
+    axes[1].set_ylim(-0.05, 1.05)
+    axes[2].set_ylabel("GB/s moved")
+    if world_size <= 8:
+        axes[1].legend(fontsize=7, loc="upper right", ncols=min(world_size, 8))
+    axes[2].set_xlabel(f"time since the window start ({unit}); bins of {bin_width:.3g} {unit}")
+    axes[2].set_xlim(0.0, span)
+
+    heading = [title] if title else []
+    heading.append(f"{world_size} rank(s), {len(rows)} SM(s) with events, window {span:.4g} {unit}")
+    heading += [textwrap.fill(f"NOTE: {note}", 170) for note in notes or []]
+    figure.suptitle("\n".join(heading), fontsize=9, horizontalalignment="left", x=0.01)
+    axes[3].axis("off")
+    lines = ["longest stalls (numbered above):", *captions] if captions else ["no waits"]
+    axes[3].text(0.0, 1.0, "\n".join(textwrap.shorten(c, 200) for c in lines), fontsize=8, va="top")
     figure.savefig(path, dpi=100)
     return path
+
+
+def _grouped_row(labels, rank: int, sm: int, rows: np.ndarray, group: int):
+    """Row of ``labels`` that shows ``(rank, sm)``, or None."""
+    mine = np.flatnonzero(rows[:, 0] == rank)
+    where = np.flatnonzero(rows[mine, 1] == sm)
+    if len(where) == 0:
+        return None
+    before = sum(-(-int((rows[:, 0] == r).sum()) // group) for r in np.unique(rows[:, 0]) if r < rank)
+    return before + int(where[0]) // group
+
+
+def stall_heatmap(events: np.ndarray, path: str, bins: int = 200, title: str | None = None) -> str:
+    """The state :func:`timeline` (kept under its old name). Returns ``path``.
+
+    Example:
+        >>> stall_heatmap(trace.events, "analysis/stalls.png", bins=300, title="gemm + all-scatter")
+    """
+    return timeline(events, path, bins=bins, title=title)

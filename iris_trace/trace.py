@@ -7,7 +7,8 @@ to align it with the others::
     sync_enable   int64 (world, rounds, 4) ping-pong stamps taken at enable()
     sync_collect  int64 (world, rounds, 4) the same at collect()
     meta          JSON: format, rank, world_size, dropped, device, heap_size,
-                  num_sms, scope_names, command
+                  num_sms, scope_names, command, clock_domain (ranks with the same one
+                  read the same clock: one GPU, or the host under emulation)
 
 :class:`Trace` merges one file (or in-memory :class:`RankTrace`) per rank and
 maps every timestamp onto rank 0's clock.
@@ -46,6 +47,8 @@ class RankTrace:
     num_sms: int = 0
     scope_names: dict[int, str] = field(default_factory=dict)
     command: str = ""
+    #: Which clock the timestamps are on (a GPU's UUID, or ``host:<name>`` under emulation).
+    clock_domain: str = ""
 
     def meta(self) -> dict:
         return {
@@ -58,6 +61,7 @@ class RankTrace:
             "num_sms": self.num_sms,
             "scope_names": {str(k): v for k, v in self.scope_names.items()},
             "command": self.command,
+            "clock_domain": self.clock_domain,
         }
 
     def save(self, path: str) -> str:
@@ -80,6 +84,18 @@ class RankTrace:
         Example:
             >>> rank0 = RankTrace.load("traces/rank0.npz")
         """
+        try:
+            with open(path, "rb") as handle:
+                magic = handle.read(4)
+        except FileNotFoundError:
+            raise TraceFileError(f"{path}: no such trace file") from None
+        except OSError as exc:
+            raise TraceFileError(f"{path}: cannot be read ({exc.strerror})") from None
+        if magic != b"PK\x03\x04":  # every .npz is a zip archive
+            raise TraceFileError(
+                f"{path}: not an Iris rank file (a rank<N>.npz written by ctx.tracing.collect(directory) "
+                "or ctx.tracing.export(directory))"
+            )
         try:
             with np.load(path, allow_pickle=False) as data:
                 meta = json.loads(str(data["meta"]))
@@ -111,6 +127,7 @@ class RankTrace:
             num_sms=meta.get("num_sms", 0),
             scope_names={int(k): v for k, v in meta.get("scope_names", {}).items()},
             command=meta.get("command", ""),
+            clock_domain=meta.get("clock_domain", ""),
         )
 
 
@@ -144,7 +161,9 @@ class Trace:
         self.ranks = [by_rank[r] for r in range(world)]
         self.world_size = world
         reference = self.ranks[0]
-        self.clock_fits: list[ClockFit] = fit_all(reference.sync_enable, reference.sync_collect)
+        domain = reference.clock_domain
+        shared = [bool(domain) and r.clock_domain == domain for r in self.ranks]
+        self.clock_fits: list[ClockFit] = fit_all(reference.sync_enable, reference.sync_collect, shared)
         self.events = self._aligned_events()
 
     @classmethod

@@ -9,7 +9,16 @@ import pytest
 
 from iris_trace.analysis import _Coverage, analyze, match_releasers
 from iris_trace.events import DMA_CU_BASE, EVENT_DTYPE, EVENT_NAMES, SCOPE_BASE
-from iris_trace.plot import binned_fractions, stall_heatmap
+from iris_trace.plot import (
+    COLOURS,
+    STATES,
+    _group_rows,
+    binned_fractions,
+    rank_overview,
+    stall_heatmap,
+    state_fractions,
+    timeline,
+)
 
 ID = {name: event_id for event_id, name in EVENT_NAMES.items()}
 GEMM = SCOPE_BASE  # user scope 0
@@ -192,13 +201,21 @@ def test_top_stall_reports_its_releaser():
         "pid_n": 3,
         "op": "wait_until",
         "address": 64,
-        "start_ns": 100,
+        "start_ns": 0,  # from the window start (100)
         "duration_ns": 200,
         "value": 2,
         "releaser_rank": 0,
         "releaser_cu_id": 2,
         "releaser_op": "signal",
-        "releaser_start_ns": 150,
+        "releaser_start_ns": 50,
+        "producer": None,  # the releaser's SM ran no compute scope
+        "producer_end_ns": None,
+        "computing_ns": 0,
+        "releaser_waiting_ns": 0,
+        "in_flight_ns": 1,
+        "late_look_ns": 149,
+        "not_released_ns": 50,
+        "unattributed_ns": 0,
     }
 
 
@@ -282,7 +299,7 @@ def test_empty_trace_gives_zeros():
 def test_empty_trace_formats_and_exports(tmp_path):
     report = analyze(np.zeros(0, dtype=EVENT_DTYPE), 2)
     assert "per rank" in report.format_table()
-    assert len(report.to_csv(str(tmp_path))) == 3
+    assert len(report.to_csv(str(tmp_path))) == 4
     assert json.loads(report.to_json())["window_ns"] == 0
 
 
@@ -308,13 +325,30 @@ def test_json_round_trip_keeps_every_number(tmp_path):
 def test_csv_round_trip_keeps_every_number(tmp_path):
     report = analyze(mixed_trace(), 2)
     paths = report.to_csv(str(tmp_path))
-    assert [os.path.basename(p) for p in paths] == ["per_sm.csv", "per_rank.csv", "top_stalls.csv"]
+    names = ["per_sm.csv", "per_rank.csv", "top_stalls.csv", "wait_causes.csv"]
+    assert [os.path.basename(p) for p in paths] == names
     with open(paths[0], newline="") as f:
         per_sm = [{k: int(v) for k, v in row.items()} for row in csv.DictReader(f)]
     with open(paths[1], newline="") as f:
         per_rank = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
     assert per_sm == report.per_sm
     assert per_rank == report.per_rank
+
+
+def test_addresses_are_hex_in_every_output(tmp_path):
+    report = analyze(waiter_and_signals(), 2, top=1)
+    assert report.to_dict()["top_stalls"][0]["address"] == "0x40"
+    assert "0x40" in report.format_table()
+    with open(report.to_csv(str(tmp_path))[2], newline="") as f:
+        assert next(csv.DictReader(f))["address"] == "0x40"
+
+
+def test_format_table_names_what_is_shown_and_explains_columns():
+    report = analyze(mixed_trace(), 2, scope_names={0: "gemm"}, notes=["emulated"])
+    text = report.format_table()
+    assert text.startswith("note: emulated")
+    assert "per SM, longest stall first (4 of 4 SMs)" in text
+    assert "columns" in text and "computing / not sent / in flight / late look:" in text
 
 
 def test_format_table_has_a_row_per_rank():
@@ -358,3 +392,41 @@ def test_stall_heatmap_writes_a_png(tmp_path):
     path = stall_heatmap(mixed_trace(), str(tmp_path / "stalls.png"), bins=20, title="synthetic")
     with open(path, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_state_fractions_split_each_bin_by_priority():
+    # SM (0, 0) over [0, 100): compute [0, 40), put [30, 60) (communicating only from 40),
+    # wait [50, 90) (waiting only from 60), idle [90, 100).
+    events = make_events((GEMM, 0, 0, 0, 40), ("put", 0, 0, 30, 60), ("wait_until", 0, 0, 50, 90))
+    rows, edges, fractions = state_fractions(events, bins=1)
+    assert rows.tolist() == [[0, 0]] and edges.tolist() == [0.0, 90.0]
+    assert fractions[0, 0].tolist() == pytest.approx([40 / 90, 20 / 90, 30 / 90, 0.0])
+    rows, edges, fractions = state_fractions(np.concatenate([events, make_events(("put", 0, 1, 0, 100))]), 2)
+    assert fractions.sum(axis=-1) == pytest.approx(np.ones((2, 2)))  # every bin fully accounted
+
+
+def test_many_sms_are_grouped_into_fewer_rows_and_each_rank_keeps_its_own():
+    rows = np.array([[r, sm] for r in range(4) for sm in range(132)])
+    fractions = np.zeros((len(rows), 3, 4))
+    fractions[:, :, 0] = 1.0
+    labels, owner, grouped, group = _group_rows(rows, fractions, max_rows=128)
+    assert group == 5 and len(labels) == 4 * 27 <= 128
+    assert labels[0] == "r0 sm0-4" and labels[26] == "r0 sm130-131" and labels[27] == "r1 sm0-4"
+    assert owner.tolist() == sorted(owner.tolist()) and grouped.shape == (108, 3, 4)
+
+
+def test_timeline_draws_every_state_that_occurs(tmp_path):
+    mpimg = pytest.importorskip("matplotlib.image")
+    events = np.concatenate([mixed_trace(), make_events(("put", 1, 9, 0, 300, {"target_rank": 0}))])
+    path = timeline(events, str(tmp_path / "t.png"), 2, bins=30, title="synthetic", notes=["a note"])
+    pixels = mpimg.imread(path)[..., :3]
+    for state, colour in zip(STATES, COLOURS):
+        if state != "idle":
+            assert (np.abs(pixels - colour).max(axis=-1) < 0.02).any(), f"no {state} pixels"
+
+
+def test_overview_gives_overlap_ratio_and_bytes_per_rank():
+    put = ("put", 0, 1, 0, 40, {"payload_bytes": 1000, "target_rank": 1})
+    edges, ratio, moved = rank_overview(make_events((GEMM, 0, 0, 0, 100), put), 2, bins=2)
+    assert ratio[0, 0] == 1.0 and np.isnan(ratio[0, 1])  # the put runs under compute; then none
+    assert moved[0].tolist() == [1000.0, 0.0] and np.isnan(ratio[1]).all()

@@ -163,7 +163,9 @@ def test_perfetto_slice_args_carry_the_event_fields(exported):
             arg_names[entry.iid] = entry.name
     put = next(b for name, b, d in slices_by_track(trace) if name == "put" and d == 10)
     args = {arg_names[a.name_iid]: a.int_value for a in put.track_event.debug_annotations}
-    assert args["target_rank"] == 1 and args["payload_bytes"] == 4096 and args["address"] == 256
+    pointers = {arg_names[a.name_iid]: a.pointer_value for a in put.track_event.debug_annotations}
+    assert args["target_rank"] == 1 and args["payload_bytes"] == 4096
+    assert pointers["address"] == 256  # a pointer_value: the UI shows it in hex
     assert args["pid"] == 0 and args["pid_m"] == -1 and args["cu_id"] == 3
 
 
@@ -182,8 +184,13 @@ def test_perfetto_metadata_and_counters(exported):
     assert fields["world_size"] == 2 and json.loads(fields["dropped_events_per_rank"]) == [2, 2]
     assert json.loads(fields["clock_residual_ns"]) == [0.0, 0.0] and fields["command"] == "pytest"
     counters = [p for p in trace.packet if p.track_event.type == pb.TrackEvent.TYPE_COUNTER]
-    total_bytes = sum(p.track_event.double_counter_value for p in counters)
-    assert len(counters) == 2 * 1000 and total_bytes > 0
+    assert sum(p.track_event.double_counter_value for p in counters) > 0
+    # A sample only where the rate changes: a handful per rank, not one per bin.
+    by_track = {}
+    for packet in counters:
+        by_track.setdefault(packet.track_event.track_uuid, []).append(packet.track_event.double_counter_value)
+    assert len(by_track) == 2 and len(counters) < 20
+    assert all(a != b for values in by_track.values() for a, b in zip(values, values[1:]))
 
 
 def test_chrome_json_has_slices_names_and_flows(tmp_path):
@@ -193,7 +200,7 @@ def test_chrome_json_has_slices_names_and_flows(tmp_path):
     data = json.loads(path.read_text())
     slices = [e for e in data["traceEvents"] if e["ph"] == "X"]
     assert len(slices) == len(ROWS)
-    put = next(e for e in slices if e["name"] == "put" and e["args"]["address"] == 256)
+    put = next(e for e in slices if e["name"] == "put" and e["args"]["address"] == "0x100")
     assert (put["pid"], put["tid"], put["ts"], put["dur"]) == (0, 3 * 64, 0.010, 0.010)
     thread_names = {
         (e["pid"], e["tid"]): e["args"]["name"] for e in data["traceEvents"] if e["name"] == "thread_name"
@@ -273,3 +280,56 @@ def test_end_to_end_traced_run_merges_and_exports(tmp_path):
     assert names.count("wait_until") == 2 * rounds
     flows = [e for e in json.loads((tmp_path / "run.json").read_text())["traceEvents"] if e["ph"] == "f"]
     assert len(flows) >= rounds  # every wait after the first round was released by a signal
+
+
+def test_cli_says_in_one_line_that_a_file_is_no_rank_file(tmp_path):
+    perfetto_file = tmp_path / "run.pftrace"
+    perfetto_file.write_bytes(b"\x0a\x02\x08\x01")
+    result = run_cli("report", str(perfetto_file))
+    assert result.returncode == 2 and "allow_pickle" not in result.stderr
+    assert result.stderr.strip() == (
+        f"iris-trace: {perfetto_file}: not an Iris rank file (a rank<N>.npz written by "
+        "ctx.tracing.collect(directory) or ctx.tracing.export(directory))"
+    )
+
+
+def test_cli_names_a_bad_trace_processor_in_one_line(tmp_path):
+    result = run_cli("validate", str(tmp_path / "x.pftrace"), "--trace-processor", "/no/such/binary")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == "iris-trace: /no/such/binary: not an executable trace_processor_shell"
+
+
+def test_cli_help_explains_every_argument_without_markup():
+    plot_help = run_cli("plot", "--help").stdout
+    for text in ("one rank<N>.npz per rank", "the .png to write", "time bins", "--title"):
+        assert text in plot_help, plot_help
+    top_help = run_cli("--help").stdout
+    assert "``" not in top_help and "ctx.tracing.collect" in top_help
+    report_help = run_cli("report", "--help").stdout
+    assert "columns:" in report_help and "late look" in report_help
+
+
+def test_cli_plot_draws_the_timeline_with_a_title(tmp_path):
+    pytest.importorskip("matplotlib")
+    files = _save_ranks(tmp_path / "ranks", make_trace(ROWS))
+    result = run_cli("plot", *files, "-o", str(tmp_path / "t.png"), "--title", "mine", "--bins", "50")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_ranks_on_one_clock_get_no_fitted_offset():
+    events = make_events(ROWS)
+    sync = np.zeros((2, 4, 4), np.int64)
+    sync[1, :, :] = [[0, 500, 510, 20]] * 4  # would fit an offset of +495 ns
+    ranks = [
+        RankTrace(r, 2, events[events["cur_rank"] == r], sync, sync, clock_domain="gpu:one") for r in range(2)
+    ]
+    shared = Trace(ranks)
+    assert shared.clock_fits[1].offset_ns == 0.0 and shared.clock_fits[1].shared_clock
+    assert shared.clock_fits[1].rtt_ns == 10.0  # still measured, for reference
+    from iris_trace.analysis import trace_notes
+
+    assert any("read one clock" in note for note in trace_notes(shared))
+    ranks[1].clock_domain = "gpu:two"
+    separate = Trace(ranks)
+    assert separate.clock_fits[1].offset_ns == 495.0 and not separate.clock_fits[1].shared_clock

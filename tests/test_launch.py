@@ -60,6 +60,11 @@ def test_example_verifies_itself(name, tmp_path):
     result = run_example(name, SMALL_WORLD, *([str(tmp_path)] if writes_traces else []))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert result.stdout.count(" OK") >= 1
+    if name.startswith("13_"):  # the quick start leaves what the README lists
+        ranks = [f"rank{r}.npz" for r in range(SMALL_WORLD)]
+        expected = {*ranks, "trace.pftrace", "trace.json", "report.json", "timeline.png"}
+        assert expected <= {p.name for p in tmp_path.iterdir()}, sorted(p.name for p in tmp_path.iterdir())
+        assert "why ranks waited" in result.stdout
 
 
 def _enough_devices(nprocs: int) -> bool:
@@ -109,3 +114,49 @@ def _raise_on_last_rank(rank, world_size):
 def test_spawn_raises_the_failing_ranks_error():
     with pytest.raises(mp.ProcessRaisedException, match="planted failure on rank 1"):
         iris.spawn(_raise_on_last_rank, nprocs=2, args=(2,))
+
+
+FIRST_KERNEL = """
+import torch, triton, triton.language as tl
+import iris
+
+
+@triton.jit
+def put_to_neighbour(buf, n, cur_rank, world_size, heap_bases, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    peer = (cur_rank + 1) % world_size
+    iris.store(buf + offsets, offsets.to(tl.float32), cur_rank, peer, heap_bases, mask=offsets < n)
+
+
+ctx = iris.iris(heap_size=1 << 20)
+buf = ctx.zeros(256, dtype=torch.float32)
+ctx.tracing.enable(max_events=1 << 10)
+put_to_neighbour[(2,)](buf, 256, ctx.get_rank(), ctx.get_num_ranks(), ctx.get_heap_bases(), BLOCK=128)
+ctx.barrier()
+assert torch.equal(buf.cpu(), torch.arange(256, dtype=torch.float32))
+ctx.tracing.collect()
+print("done", flush=True)
+# no ctx.close(): the README's first kernel does not close either
+"""
+
+
+@pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
+def test_a_traced_job_that_never_closes_exits_cleanly_every_time(tmp_path):
+    # Exit used to abort now and then ("terminate called without an active exception") and
+    # to leave flight files behind when the program never closed its context.
+    script = tmp_path / "first_kernel.py"
+    script.write_text(FIRST_KERNEL)
+    hang_dir = tmp_path / "hang"
+    hang_dir.mkdir()
+    env = {**os.environ, "IRIS_HANG_DIR": str(hang_dir)}
+    for attempt in range(6):
+        result = subprocess.run(
+            [sys.executable, "-m", "iris.run", "-n", str(SMALL_WORLD), "-t", "120", str(script)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=env,
+        )
+        assert result.returncode == 0, (attempt, result.stderr[-3000:])
+        assert result.stdout.count("done") == SMALL_WORLD and "terminate" not in result.stderr
+        assert not list(hang_dir.glob("iris-flight-*")), "a flight file outlived its process"

@@ -10,6 +10,7 @@ import triton.language as tl
 from kernels import ping_pong_rounds
 
 import iris
+from iris_trace import schema
 from iris_trace.events import EVENT_NAMES
 from iris_trace.trace import Trace, TraceFileError
 
@@ -46,6 +47,8 @@ def every_op(buf, flag, cur_rank, world_size, heap_bases):
     iris.atomic_cas(buf + 21, 1, 1, cur_rank, peer, heap_bases)
     iris.signal(flag, 7, cur_rank, cur_rank, heap_bases)
     iris.wait_until(flag, "eq", 7, heap_bases=heap_bases)
+    # Fully masked off: moves nothing, so it is no event (and records no bogus address).
+    iris.put(buf + offsets, buf + 24 + offsets, cur_rank, peer, heap_bases, mask=offsets < 0)
 
 
 @triton.jit
@@ -98,7 +101,8 @@ def _every_op_body(rank, world_size):
         ev = ctx.tracing.events()
         names = [EVENT_NAMES[i] for i in ev["event_id"]]
         assert ctx.tracing.dropped() == 0
-        assert names == [EVENT_NAMES[i] for i in range(1, 17)], names  # one event per op, in program order
+        device_ops = [name for i, name in sorted(EVENT_NAMES.items()) if i <= schema.WAIT_UNTIL]
+        assert names == device_ops, names  # one event per op, in program order; none for the masked put
         assert ev[names.index("load")]["payload_bytes"] == 16
         assert ev[names.index("atomic_add")]["payload_bytes"] == 4
         assert ev[names.index("signal")]["value"] == 7
@@ -110,6 +114,33 @@ def _every_op_body(rank, world_size):
 
 def test_every_op_records_its_kind(world):
     world.run(_every_op_body)
+
+
+def _named_waits_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        ctx.tracing.enable(max_events=64 * ctx.get_cu_count())
+        ctx.barrier()
+        ctx.device_barrier()
+        ev = ctx.tracing.events()
+        assert set(ev["event_id"].tolist()) >= {schema.BARRIER_WAIT}, ev["event_id"]
+        assert schema.WAIT_UNTIL not in set(ev["event_id"].tolist())  # named, not a bare wait_until
+        ctx.tracing.disable()
+        ctx.barrier()
+
+
+def test_library_waits_are_named_in_traces(multi_world):
+    multi_world.run(_named_waits_body)
+
+
+def test_device_wait_ids_follow_the_schema():
+    from iris.device import flight, tracing
+
+    names = ("iris.wait_until", "iris.device_barrier", "iris.ccl.all_reduce", "iris.ops.scatter", "mine")
+    for op in names:
+        assert int(tracing.wait_event(op)) == schema.wait_event_id(op), op
+    for op, ident in schema.OP_IDS.items():
+        assert flight.op_id(op) == ident
+    assert flight.op_id("iris.ccl.all_gather") == schema.OP_IDS["iris.ccl"]
 
 
 def _tile_and_scope_body(rank, world_size):

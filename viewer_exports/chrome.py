@@ -13,9 +13,9 @@ import json
 
 import numpy as np
 
-from iris_trace.analysis import match_releasers
 from iris_trace.events import event_name, lane_name
 from iris_trace.lanes import assign_lanes
+from iris_trace.matching import match_releasers
 from iris_trace.trace import Trace
 
 from .perfetto import ARGS, counter_rows, trace_metadata
@@ -102,6 +102,9 @@ def _slices(chunk: np.ndarray, tids: np.ndarray, base: int, names: dict[int, str
     start = chunk["start_ns"] - base
     duration = np.maximum(chunk["end_ns"] - chunk["start_ns"], 0)
     columns = [chunk[field].tolist() for field in ARGS.values()]
+    # Addresses (heap offsets) in hex, as in every other output; compute scopes have none.
+    at = list(ARGS.values()).index("address")
+    columns[at] = [f'"{a:#x}"' if a >= 0 else "null" for a in columns[at]]
     arg_names = list(ARGS.values())
     lines = []
     for i, (event_id, rank, tid, ts, dur) in enumerate(

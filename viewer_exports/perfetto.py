@@ -10,7 +10,16 @@ world size, devices, dropped events, clock offsets and residuals, and the comman
 Descriptors, interned names and metadata are built with the perfetto package's
 message classes and streaming builder; the millions of slice packets are
 encoded column-wise by :mod:`viewer_exports.wire` in chunks, so memory stays
-bounded by the chunk size and packets leave in timestamp order.
+bounded by the chunk size.
+
+Packet order: the file is *not* in timestamp order. Each chunk of events writes
+its slice ends, then its begins, then its instants, each group in timestamp
+order, because packets of one shape are encoded together in blocks (the speed
+of this writer). The trace processor sorts every packet by timestamp when it
+loads a file, keeping file order among equal timestamps, which is all the order
+a viewer needs: the writer only makes ties right (ends before begins, children
+inside parents). The address argument is a ``pointer_value`` (shown in hex);
+the bytes-moved counters have a sample only where the value changes.
 """
 
 from __future__ import annotations
@@ -21,9 +30,9 @@ import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
-from iris_trace.analysis import match_releasers
 from iris_trace.events import EVENT_NAMES, RELEASE_EVENTS, SCOPE_BASE, event_name, lane_name
 from iris_trace.lanes import assign_lanes, stable_order
+from iris_trace.matching import match_releasers
 from iris_trace.trace import Trace
 
 from . import wire
@@ -230,7 +239,10 @@ def trace_metadata(trace: Trace, base: int) -> dict:
 
 
 def counter_rows(trace: Trace, events: np.ndarray, base: int):
-    """Per-rank GB/s of payload moved, in COUNTER_BINS bins: (times relative to ``base``, ranks, values)."""
+    """Per-rank GB/s of payload moved in COUNTER_BINS bins, one sample where the rate changes.
+
+    Returns (times relative to ``base``, ranks, values).
+    """
     if len(events) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
     start, stop = int(events["start_ns"].min()), int(events["end_ns"].max()) + 1
@@ -253,9 +265,12 @@ def counter_rows(trace: Trace, events: np.ndarray, base: int):
             totals[rank] = totals[rank] + _histogram(starts[mine], edges, payload[mine])
     times, tracks, values = [], [], []
     for rank in range(trace.world_size):
-        times.append(edges[:-1].astype(np.int64) - base)
-        tracks.append(np.full(COUNTER_BINS, rank, dtype=np.int64))
-        values.append(totals[rank] / width_s / 1e9)
+        rate = np.broadcast_to(totals[rank] / width_s / 1e9, (COUNTER_BINS,))
+        # A counter holds its value until the next sample: keep only the bins where it changes.
+        changes = np.flatnonzero(np.concatenate(([True], rate[1:] != rate[:-1])))
+        times.append(edges[:-1].astype(np.int64)[changes] - base)
+        tracks.append(np.full(len(changes), rank, dtype=np.int64))
+        values.append(rate[changes])
     return np.concatenate(times), np.concatenate(tracks), np.concatenate(values)
 
 
@@ -403,6 +418,7 @@ class _SliceWriter:
                 columns["event_id"] = records["event_id"]
                 for field in ARGS.values():
                     columns[field] = records[field]
+                columns["address"] = np.maximum(records["address"], 0)  # compute scopes have none (-1)
                 for k in range(flows):
                     columns[f"flow{k}"] = outgoing[k].take(block)
                 if ends_here:
@@ -473,7 +489,9 @@ def _opening_layout(kind: int, widths: dict, flows: int, ends_here: bool) -> wir
     event = _event_head(kind, widths).key(10, wire.VARINT).varint("event_id", widths["event_id"])
     for iid, field in ARGS.items():
         annotation = wire.Layout().key(1, wire.VARINT).constant(bytes([iid]))
-        event.message(4, annotation.key(4, wire.VARINT).varint(field, widths[field]))
+        # DebugAnnotation field 7 (pointer_value) shows in hex, 4 (int_value) in decimal.
+        value_field = 7 if field == "address" else 4
+        event.message(4, annotation.key(value_field, wire.VARINT).varint(field, widths[field]))
     for k in range(flows):
         event.key(47, wire.FIXED64).fixed64(f"flow{k}")
     if ends_here:

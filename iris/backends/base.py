@@ -82,6 +82,19 @@ class Backend(ABC):
         """Pick and activate this rank's device, or raise if the host has too few."""
 
     @abstractmethod
+    def device_name(self, device: torch.device) -> str:
+        """What traces and reports call ``device`` (``"NVIDIA H200"``, ``"emulated (CPU)"``)."""
+
+    @abstractmethod
+    def clock_domain(self, device: torch.device) -> str:
+        """Which clock device timestamps are on: ranks with the same one need no alignment.
+
+        Example:
+            >>> backend.clock_domain(torch.device("cuda", 0))   # the GPU's UUID
+            'gpu:5e0a...'
+        """
+
+    @abstractmethod
     def multiprocessor_count(self, device: torch.device) -> int:
         """Streaming multiprocessors (Iris: compute units) of ``device``."""
 

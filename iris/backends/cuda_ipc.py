@@ -149,6 +149,13 @@ class CudaBackend(Backend):
     def multiprocessor_count(self, device: torch.device) -> int:
         return torch.cuda.get_device_properties(device).multi_processor_count
 
+    def device_name(self, device: torch.device) -> str:
+        return torch.cuda.get_device_name(device)
+
+    def clock_domain(self, device: torch.device) -> str:
+        # %globaltimer is per GPU: ranks on one GPU (IRIS_RANKS_PER_GPU) share it.
+        return f"gpu:{torch.cuda.get_device_properties(device).uuid}"
+
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
         runtime = _runtime()
         # Whole 2 MiB pages: the allocation is never sub-allocated, so its IPC handle

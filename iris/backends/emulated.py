@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import socket
 import tempfile
 
 import torch
@@ -85,6 +86,13 @@ class EmulatedBackend(Backend):
 
     def multiprocessor_count(self, device: torch.device) -> int:
         return virtual_sm_count()
+
+    def device_name(self, device: torch.device) -> str:
+        return "emulated (CPU)"
+
+    def clock_domain(self, device: torch.device) -> str:
+        # Interpreted kernels read the host's clock: every rank of a host shares it.
+        return f"host:{socket.gethostname()}"
 
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
         path = os.path.join(_shm_dir(), f"iris-{tag}")

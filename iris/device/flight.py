@@ -30,7 +30,7 @@ Entry (8 x int64)::
     6 for wait ends: the value seen; for block ops: bytes touched
     7 reserved
 
-``kind`` is the tracing event id (``iris_trace.events.EVENT_NAMES``) or WAIT_BEGIN;
+``kind`` is the tracing event id (``iris_trace.schema.EVENT_NAMES``) or WAIT_BEGIN;
 ``sub`` is the comparison of a wait (index in CMPS) or 1 for ``signal(op="add")``.
 
 **The report.** A wait that times out claims the rank's report record (first
@@ -44,6 +44,8 @@ under the interpreter).
 import triton
 import triton.language as tl
 from triton.runtime.jit import constexpr_function
+
+from iris_trace import schema
 
 from ..config import FLIGHT as _FLIGHT
 from . import intrinsics as hw
@@ -62,10 +64,10 @@ SLOT_REPORT: tl.constexpr = tl.constexpr(5)
 SLOT_CLAIM: tl.constexpr = tl.constexpr(6)
 NUM_SLOTS = 7
 
-ENTRY_WORDS: tl.constexpr = tl.constexpr(8)
+ENTRY_WORDS: tl.constexpr = tl.constexpr(schema.ENTRY_WORDS)
 #: int64 stride between per-SM counters: one 128-byte line each.
 COUNTER_STRIDE: tl.constexpr = tl.constexpr(16)
-WAIT_BEGIN: tl.constexpr = tl.constexpr(17)
+WAIT_BEGIN: tl.constexpr = tl.constexpr(schema.WAIT_BEGIN)
 #: A timed-out wait reads the timer only once every this many spins.
 CHECK_EVERY: tl.constexpr = tl.constexpr(256)
 
@@ -77,17 +79,13 @@ PENDING_SLOTS: tl.constexpr = tl.constexpr(4)
 #: int64 words the timed-out wait copies per step.
 SNAPSHOT_BLOCK: tl.constexpr = tl.constexpr(1024)
 
-CMPS = ("eq", "ne", "gt", "ge", "lt", "le")
+CMPS = schema.CMPS
 #: Names a wait can be issued under (``wait_until(..., op=...)``); unknown names record 0.
-OP_IDS = {
-    "iris.wait_until": 1,
-    "iris.device_barrier": 2,
-    "iris.ccl": 3,
-    "iris.ops": 4,
-}
+OP_IDS = schema.OP_IDS
 
 
-# Triton hashes what these bodies reference, so they use no methods of module globals.
+# Triton hashes what these bodies reference, so they use no methods of module globals:
+# the names are spelled out (tests check them against iris_trace.schema).
 @constexpr_function
 def cmp_id(cmp):
     name = str(cmp)

@@ -744,7 +744,15 @@ def wait_until(
     tl.debug_barrier()
     if heap_bases is not None:
         tracing.end(
-            heap_bases, start, tracing.WAIT_UNTIL, tl.load(heap_bases - 2), pointer, None, seen, pid_m, pid_n
+            heap_bases,
+            start,
+            tracing.wait_event(op),
+            tl.load(heap_bases - 2),
+            pointer,
+            None,
+            seen,
+            pid_m,
+            pid_n,
         )
         # Threads left the loop at their own polls, so each has its own slow_since; the
         # CTA-wide max makes the branch uniform (the records below use CTA barriers).

@@ -15,54 +15,72 @@ symmetric heap. Events are spread over one region per SM: an op claims a slot
 with an atomic on its own SM's counter (no GPU-wide serialisation) and writes
 one 64-byte record; a full region counts the event as dropped instead.
 
-Record (8 x int64)::
-
-    0 start_ns   1 end_ns   2 address (heap offset of the lowest byte touched)
-    3 payload_bytes
-    4 event_id | cur_rank << 8 | target_rank << 24 | cu_id << 40 | xcc_id << 56
-    5 pid | op_index << 32          (op_index: sequence number within the SM)
-    6 pid_m | pid_n << 32           (tile coordinates, -1 when not given)
-    7 value                         (flag value waited for or signalled, else 0)
+The record layout and every event id are in ``iris_trace.schema``, the one place
+the device recorder and every reader take them from.
 """
 
 import triton
 import triton.language as tl
 from triton.runtime.jit import constexpr_function
 
+from iris_trace import schema
+
 from . import intrinsics as hw
 
-# Event kinds (``event_id``); user scopes are SCOPE_BASE + scope.
-LOAD: tl.constexpr = tl.constexpr(1)
-STORE: tl.constexpr = tl.constexpr(2)
-GET: tl.constexpr = tl.constexpr(3)
-PUT: tl.constexpr = tl.constexpr(4)
-COPY: tl.constexpr = tl.constexpr(5)
-ATOMIC_ADD: tl.constexpr = tl.constexpr(6)
-ATOMIC_SUB: tl.constexpr = tl.constexpr(7)
-ATOMIC_XCHG: tl.constexpr = tl.constexpr(8)
-ATOMIC_XOR: tl.constexpr = tl.constexpr(9)
-ATOMIC_AND: tl.constexpr = tl.constexpr(10)
-ATOMIC_OR: tl.constexpr = tl.constexpr(11)
-ATOMIC_MIN: tl.constexpr = tl.constexpr(12)
-ATOMIC_MAX: tl.constexpr = tl.constexpr(13)
-ATOMIC_CAS: tl.constexpr = tl.constexpr(14)
-SIGNAL: tl.constexpr = tl.constexpr(15)
-WAIT_UNTIL: tl.constexpr = tl.constexpr(16)
-SCOPE_BASE: tl.constexpr = tl.constexpr(64)
+# Event kinds (``event_id``) and record layout: constexpr copies of ``iris_trace.schema``.
+LOAD: tl.constexpr = tl.constexpr(schema.LOAD)
+STORE: tl.constexpr = tl.constexpr(schema.STORE)
+GET: tl.constexpr = tl.constexpr(schema.GET)
+PUT: tl.constexpr = tl.constexpr(schema.PUT)
+COPY: tl.constexpr = tl.constexpr(schema.COPY)
+ATOMIC_ADD: tl.constexpr = tl.constexpr(schema.ATOMIC_ADD)
+ATOMIC_SUB: tl.constexpr = tl.constexpr(schema.ATOMIC_SUB)
+ATOMIC_XCHG: tl.constexpr = tl.constexpr(schema.ATOMIC_XCHG)
+ATOMIC_XOR: tl.constexpr = tl.constexpr(schema.ATOMIC_XOR)
+ATOMIC_AND: tl.constexpr = tl.constexpr(schema.ATOMIC_AND)
+ATOMIC_OR: tl.constexpr = tl.constexpr(schema.ATOMIC_OR)
+ATOMIC_MIN: tl.constexpr = tl.constexpr(schema.ATOMIC_MIN)
+ATOMIC_MAX: tl.constexpr = tl.constexpr(schema.ATOMIC_MAX)
+ATOMIC_CAS: tl.constexpr = tl.constexpr(schema.ATOMIC_CAS)
+SIGNAL: tl.constexpr = tl.constexpr(schema.SIGNAL)
+WAIT_UNTIL: tl.constexpr = tl.constexpr(schema.WAIT_UNTIL)
+SCOPE_BASE: tl.constexpr = tl.constexpr(schema.SCOPE_BASE)
 
-# Tracing slots, counted from the first slot after heap_size in the context tensor.
-SLOT_ENABLED: tl.constexpr = tl.constexpr(0)
-SLOT_MAX_EVENTS: tl.constexpr = tl.constexpr(1)
-SLOT_REGION_CAPACITY: tl.constexpr = tl.constexpr(2)
-SLOT_NUM_REGIONS: tl.constexpr = tl.constexpr(3)
-SLOT_COUNTERS: tl.constexpr = tl.constexpr(4)
-SLOT_DROPPED: tl.constexpr = tl.constexpr(5)
-SLOT_RECORDS: tl.constexpr = tl.constexpr(6)
-#: Context slots reserved for tracing (the flight recorder's slots follow them).
-NUM_SLOTS: tl.constexpr = tl.constexpr(17)
-#: int32 stride between per-SM counters: one 128-byte line each.
-COUNTER_STRIDE: tl.constexpr = tl.constexpr(32)
-RECORD_WORDS: tl.constexpr = tl.constexpr(8)
+SLOT_ENABLED: tl.constexpr = tl.constexpr(schema.SLOT_ENABLED)
+SLOT_MAX_EVENTS: tl.constexpr = tl.constexpr(schema.SLOT_MAX_EVENTS)
+SLOT_REGION_CAPACITY: tl.constexpr = tl.constexpr(schema.SLOT_REGION_CAPACITY)
+SLOT_NUM_REGIONS: tl.constexpr = tl.constexpr(schema.SLOT_NUM_REGIONS)
+SLOT_COUNTERS: tl.constexpr = tl.constexpr(schema.SLOT_COUNTERS)
+SLOT_DROPPED: tl.constexpr = tl.constexpr(schema.SLOT_DROPPED)
+SLOT_RECORDS: tl.constexpr = tl.constexpr(schema.SLOT_RECORDS)
+NUM_SLOTS: tl.constexpr = tl.constexpr(schema.TRACING_SLOTS)
+COUNTER_STRIDE: tl.constexpr = tl.constexpr(schema.COUNTER_STRIDE)
+RECORD_WORDS: tl.constexpr = tl.constexpr(schema.RECORD_WORDS)
+_CUR_RANK_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_CUR_RANK_SHIFT)
+_TARGET_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_TARGET_SHIFT)
+_CU_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_CU_SHIFT)
+
+
+BARRIER_WAIT: tl.constexpr = tl.constexpr(schema.BARRIER_WAIT)
+COLLECTIVE_WAIT: tl.constexpr = tl.constexpr(schema.COLLECTIVE_WAIT)
+FUSED_OP_WAIT: tl.constexpr = tl.constexpr(schema.FUSED_OP_WAIT)
+
+
+@constexpr_function
+def wait_event(op):
+    """The event id of a wait issued under ``op``, as ``iris_trace.schema.wait_event_id`` gives it.
+
+    Spelled out: Triton hashes what a constexpr function references and refuses
+    calls to plain functions (a test checks it against the schema's).
+    """
+    name = str(op)
+    if name == "iris.device_barrier" or name.startswith("iris.device_barrier."):
+        return BARRIER_WAIT
+    if name == "iris.ccl" or name.startswith("iris.ccl."):
+        return COLLECTIVE_WAIT
+    if name == "iris.ops" or name.startswith("iris.ops."):
+        return FUSED_OP_WAIT
+    return WAIT_UNTIL
 
 
 @constexpr_function
@@ -103,7 +121,7 @@ def _linear_pid():
 
 @triton.jit
 def _touched(ptr, mask, local_base):
-    """(heap offset of the lowest active byte, payload bytes) of an access."""
+    """(heap offset of the lowest active byte, payload bytes) of an access (bytes 0: none active)."""
     if _is_block(ptr.type):
         addresses = ptr.to(tl.int64)
         if mask is None:
@@ -111,8 +129,9 @@ def _touched(ptr, mask, local_base):
             count = _numel(ptr.type)
         else:
             active = mask != 0
-            lowest = tl.min(tl.where(active, addresses, 0x7FFFFFFFFFFFFFFF))
             count = tl.sum(active.to(tl.int64))
+            # A block with no active lane touches nothing: name its first address, a valid one.
+            lowest = tl.min(tl.where(active | (count == 0), addresses, 0x7FFFFFFFFFFFFFFF))
     else:
         lowest = ptr.to(tl.int64)
         count = 1
@@ -121,7 +140,8 @@ def _touched(ptr, mask, local_base):
 
 @triton.jit
 def end(heap_bases, start, event: tl.constexpr, target_rank, ptr, mask=None, value=0, pid_m=-1, pid_n=-1):
-    """Record one event that began at ``start`` (nothing when compiled out or disabled)."""
+    """Record one event that began at ``start`` (nothing when compiled out, disabled, or when
+    ``mask`` leaves no lane of a block op active)."""
     if compiled_in(heap_bases.dtype):
         world_size = tl.load(heap_bases - 1)
         slots = heap_bases + world_size + 1
@@ -129,7 +149,9 @@ def end(heap_bases, start, event: tl.constexpr, target_rank, ptr, mask=None, val
             stop = hw.timer_ns()
             cur_rank = tl.load(heap_bases - 2)
             offset, nbytes = _touched(ptr, mask, tl.load(heap_bases + cur_rank))
-            _write(slots, start, stop, event, cur_rank, target_rank, offset, nbytes, value, pid_m, pid_n)
+            # A fully masked-off block op moved nothing: it is not an event.
+            if nbytes != 0:
+                _write(slots, start, stop, event, cur_rank, target_rank, offset, nbytes, value, pid_m, pid_n)
 
 
 @triton.jit
@@ -159,9 +181,9 @@ def _write(
         records = tl.load(slots + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
         ident = (
             event
-            | (cur_rank.to(tl.int64) << 8)
-            | ((tl.cast(target_rank, tl.int64) & 0xFFFF) << 24)
-            | ((sm.to(tl.int64) & 0xFFFF) << 40)
+            | (cur_rank.to(tl.int64) << _CUR_RANK_SHIFT)
+            | ((tl.cast(target_rank, tl.int64) & 0xFFFF) << _TARGET_SHIFT)
+            | ((sm.to(tl.int64) & 0xFFFF) << _CU_SHIFT)
         )
         where = (_linear_pid().to(tl.int64) & 0xFFFFFFFF) | (index.to(tl.int64) << 32)
         tile = (tl.cast(pid_m, tl.int64) & 0xFFFFFFFF) | (tl.cast(pid_n, tl.int64) << 32)
@@ -183,9 +205,9 @@ def _write(
 
 
 #: A copy-engine put (``iris.copy_engine``): not an SM op, so it is filed under the lane
-#: ``DMA_CU_BASE + target_rank`` (``iris_trace.events.DMA_PUT``, ``DMA_CU_BASE``).
-DMA_PUT: tl.constexpr = tl.constexpr(20)
-DMA_CU_BASE: tl.constexpr = tl.constexpr(0x7F00)
+#: ``DMA_CU_BASE + target_rank``.
+DMA_PUT: tl.constexpr = tl.constexpr(schema.DMA_PUT)
+DMA_CU_BASE: tl.constexpr = tl.constexpr(schema.DMA_CU_BASE)
 
 
 @triton.jit

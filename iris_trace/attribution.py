@@ -1,0 +1,409 @@
+"""Why each wait waited: who released it, what that rank was doing first, and where the time went.
+
+Every length is in nanoseconds on the merged trace's aligned clock.
+
+**Wait attribution.** For every wait (``WAIT_EVENTS``: ``wait_until``, the device
+barrier's, a collective's or a fused op's waits), :func:`iris_trace.matching.match_releasers`
+finds the op that released it (a signal, atomic or store on the waiter's flag). The
+*releaser's last step* is what the releaser's SM last finished before releasing: the
+latest compute scope or wait on the releaser's ``(rank, SM)`` that ended at or before
+the release started (a GEMM tile, say, or the releaser's own wait). The wait
+``[start, end)`` then splits, in this order, into
+
+* ``computing_ns``: the last step is a compute scope that had not ended yet
+  (``[start, step end)``): the producer was still computing;
+* ``releaser_waiting_ns``: the last step is a wait that had not ended yet: the
+  releaser was itself stalled (follow it with :func:`critical_path`);
+* ``not_released_ns``: no last step was found (the releaser's SM ran nothing earlier
+  that is traced): the time before the release started (``[start, release start)``);
+* ``in_flight_ns``: from the end of the last step (or the release's start) until the
+  release landed (``release end``): pushing the data, then the signal itself;
+* ``late_look_ns``: the release had landed but the waiter had not seen it yet
+  (``[release end, end)``: the poll interval, or the waiter not running at all, as when
+  ranks share a GPU and take turns);
+* ``unattributed_ns``: no releaser was found (the wait ended on a value no traced op set).
+
+Each piece is clipped to the wait, so the parts add up to the wait's length; a
+release that seems to end after the wait did (clock alignment is good to its
+residual, see ``Trace.clock_fits``) counts as in flight up to the wait's end.
+
+**Tile lifecycles.** A tile is a ``(rank, pid_m, pid_n)`` with a compute scope that
+carries those coordinates. It is *computed* when its last compute scope ends,
+*pushed* from the first to the last data or release op of that rank carrying its
+coordinates, *visible* at its peers when the last of those ends, and *consumed* when
+the last wait released by one of them ends. :func:`tile_lifecycles` gives each tile's
+times; :func:`lifecycle_summary` the median and 99th percentile, per rank, of
+``queued`` (computed to first push), ``push`` (first push to visible), ``latency``
+(computed to visible) and ``consumed`` (visible to consumed).
+
+**Critical path.** :func:`critical_path` walks back from the event that ended last:
+from a wait to its releaser, from a release to the compute scope before it on its SM
+(the producer step), from a compute scope to the wait before it on its SM, and so
+on, to a wait with no releaser or an SM with nothing earlier. Read forwards, it is
+the chain of compute, release and wait that set the end of the traced call.
+
+Example:
+    >>> from iris_trace.attribution import attribute_waits, summarize_waits
+    >>> causes = attribute_waits(trace.events)
+    >>> groups = wait_groups(trace.events, causes, trace.scope_names)
+    >>> for line in summarize_waits(groups, trace.world_size):
+    ...     print(line)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .events import EVENT_DTYPE
+from .matching import COMM, COMPUTE, _latest_at_or_before, categories, match_releasers
+from .schema import DATA_EVENTS, RELEASE_EVENTS, SCOPE_BASE, WAIT_EVENTS, event_name
+
+#: The parts a wait splits into (module docstring), in the order they are reported.
+PARTS = (
+    "computing_ns",
+    "releaser_waiting_ns",
+    "not_released_ns",
+    "in_flight_ns",
+    "late_look_ns",
+    "unattributed_ns",
+)
+#: How each part reads in the report's sentences.
+PART_WORDS = {
+    "computing_ns": "the producer was still computing",
+    "releaser_waiting_ns": "the releaser was itself waiting",
+    "in_flight_ns": "the data and flag were in flight",
+    "late_look_ns": "the flag had landed but the waiter had not looked yet",
+    "not_released_ns": "the releaser had not started releasing",
+    "unattributed_ns": "no traced op released it",
+}
+_NO_TIME = np.iinfo(np.int64).min
+
+
+def _sm_keys(events: np.ndarray) -> np.ndarray:
+    return (events["cur_rank"].astype(np.int64) << 16) | (events["cu_id"].astype(np.int64) & 0xFFFF)
+
+
+def attribute_waits(events: np.ndarray) -> dict[str, np.ndarray]:
+    """Every wait's releaser, producer step and split (module docstring), as columns.
+
+    Returns a dict of equal-length numpy arrays, one row per wait in input order:
+    ``index`` (into ``events``), ``rank``, ``cu_id``, ``event_id``, ``start_ns``, ``end_ns``,
+    ``releaser`` (index, -1: none), ``producer`` (index of the releaser's last step, -1: none),
+    and the parts of :data:`PARTS`.
+
+    Example:
+        >>> causes = attribute_waits(trace.events)
+        >>> causes["computing_ns"].sum() / (causes["end_ns"] - causes["start_ns"]).sum()
+    """
+    events = np.asarray(events)
+    if events.dtype != EVENT_DTYPE:
+        raise TypeError(f"events have dtype {events.dtype}, expected iris_trace.events.EVENT_DTYPE")
+    waits = np.flatnonzero(np.isin(events["event_id"], list(WAIT_EVENTS)))
+    starts = events["start_ns"].astype(np.int64)
+    ends = np.maximum(events["end_ns"].astype(np.int64), starts)
+    releaser = match_releasers(events)[waits]
+
+    # The releaser's last step: the latest compute scope or wait on its SM ended by the release's start.
+    producer = np.full(len(waits), -1, dtype=np.int64)
+    released = releaser >= 0
+    kind = categories(events["event_id"])
+    steps = np.flatnonzero(kind != COMM)
+    if len(steps) and released.any():
+        sm_key = _sm_keys(events)
+        sources = releaser[released]
+        found = _latest_at_or_before([sm_key[steps]], ends[steps], [sm_key[sources]], starts[sources])
+        producer[released] = np.where(found >= 0, steps[np.maximum(found, 0)], -1)
+
+    w_start, w_end = starts[waits], ends[waits]
+    length = w_end - w_start
+    source = np.maximum(releaser, 0)
+    r_start = np.where(released, starts[source], w_end)
+    r_end = np.where(released, ends[source], w_end)
+    has_step = producer >= 0
+    step = np.maximum(producer, 0)
+    step_computes = has_step & (kind[step] == COMPUTE)
+
+    # Boundaries inside [w_start, w_end], in order: step | not released | in flight | late look.
+    stepped = np.clip(np.where(has_step, ends[step], w_start), w_start, w_end)
+    started = np.where(has_step, stepped, np.clip(r_start, w_start, w_end))
+    landed = np.clip(r_end, started, w_end)
+    step_part = np.where(released, stepped - w_start, 0)
+    parts = {
+        "computing_ns": np.where(step_computes, step_part, 0),
+        "releaser_waiting_ns": np.where(step_computes, 0, step_part),
+        "not_released_ns": np.where(released, started - stepped, 0),
+        "in_flight_ns": np.where(released, landed - started, 0),
+        "late_look_ns": np.where(released, w_end - landed, 0),
+        "unattributed_ns": np.where(released, 0, length),
+    }
+    return {
+        "index": waits,
+        "rank": events["cur_rank"][waits].astype(np.int64),
+        "cu_id": events["cu_id"][waits].astype(np.int64),
+        "event_id": events["event_id"][waits].astype(np.int64),
+        "start_ns": w_start,
+        "end_ns": w_end,
+        "releaser": releaser,
+        "producer": producer,
+        **{name: parts[name].astype(np.int64) for name in PARTS},
+    }
+
+
+def wait_groups(
+    events: np.ndarray, causes: dict[str, np.ndarray], scope_names: dict[int, str] | None = None
+) -> list[dict]:
+    """Wait time per (waiting rank, wait op, releasing rank, releaser's last step), longest first.
+
+    Each row: ``rank``, ``op``, ``releaser_rank`` (None: unreleased), ``producer`` (the name of
+    the releaser's last step: a scope or a wait, or None), ``waits``, ``wait_ns``, ``share``
+    (of the rank's wait time) and the parts.
+
+    Example:
+        >>> wait_groups(trace.events, attribute_waits(trace.events))[0]["producer"]
+        'gemm tile'
+    """
+    rows: dict[tuple, dict] = {}
+    totals: dict[int, int] = {}
+    length = causes["end_ns"] - causes["start_ns"]
+    for i in range(len(causes["index"])):
+        rank = int(causes["rank"][i])
+        source = int(causes["releaser"][i])
+        step = int(causes["producer"][i])
+        key = (
+            rank,
+            event_name(int(causes["event_id"][i]), scope_names),
+            int(events["cur_rank"][source]) if source >= 0 else None,
+            event_name(int(events["event_id"][step]), scope_names) if step >= 0 else None,
+        )
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = {
+                "rank": key[0],
+                "op": key[1],
+                "releaser_rank": key[2],
+                "producer": key[3],
+                "waits": 0,
+                "wait_ns": 0,
+                **dict.fromkeys(PARTS, 0),
+            }
+        row["waits"] += 1
+        row["wait_ns"] += int(length[i])
+        for name in PARTS:
+            row[name] += int(causes[name][i])
+        totals[rank] = totals.get(rank, 0) + int(length[i])
+    ordered = sorted(rows.values(), key=lambda r: (-r["wait_ns"], r["rank"], r["op"]))
+    for row in ordered:
+        row["share"] = row["wait_ns"] / totals[row["rank"]] if totals[row["rank"]] else 0.0
+    return ordered
+
+
+def summarize_waits(groups: list[dict], world_size: int, lifecycle: dict | None = None) -> list[str]:
+    """The report's first lines: per rank, where most of its wait time went, in words.
+
+    Example:
+        >>> summarize_waits(wait_groups(events, causes), 2)[0]
+        '62% of wait time on rank 1 (1.2 ms) is wait_until for rank 0's gemm tile: ...'
+    """
+    lines = []
+    for rank in range(world_size):
+        mine = [g for g in groups if g["rank"] == rank]
+        total = sum(g["wait_ns"] for g in mine)
+        if not mine or total == 0:
+            continue
+        top = mine[0]
+        if top["releaser_rank"] is None:
+            whom = "a value no traced op set"
+        elif top["producer"] is None:
+            whom = f"rank {top['releaser_rank']}"
+        else:
+            whom = f"rank {top['releaser_rank']}'s {top['producer']}"
+        # Parts that round to 0% say nothing: leave them out.
+        split = sorted(((top[p], p) for p in PARTS if top[p] * 200 >= top["wait_ns"] > 0), reverse=True)
+        reasons = "; ".join(f"{PART_WORDS[p]} for {100 * n / top['wait_ns']:.0f}%" for n, p in split)
+        waits = sum(g["waits"] for g in mine)
+        lines.append(
+            f"{100 * top['share']:.0f}% of wait time on rank {rank} ({_duration(total)} in "
+            f"{waits} wait{'s' if waits != 1 else ''}) is {top['op']} for {whom}: {reasons}"
+        )
+    if lifecycle:
+        for rank, stats in sorted(lifecycle.items()):
+            latency = stats.get("latency_ns")
+            if latency and latency["count"]:
+                lines.append(
+                    f"rank {rank}: {latency['count']} tiles, median tile push latency (computed to "
+                    f"visible at the peers) {_duration(latency['median'])}, p99 {_duration(latency['p99'])}"
+                )
+    return lines
+
+
+def tile_lifecycles(events: np.ndarray) -> dict[str, np.ndarray]:
+    """Each tile's computed, pushed, visible and consumed times (module docstring), as columns.
+
+    Returns arrays ``rank``, ``pid_m``, ``pid_n``, ``computed_ns``, ``push_start_ns``,
+    ``visible_ns`` and ``consumed_ns`` (``-1`` where a tile was never pushed or consumed).
+
+    Example:
+        >>> tiles = tile_lifecycles(trace.events)
+        >>> np.median(tiles["visible_ns"] - tiles["computed_ns"])
+    """
+    events = np.asarray(events)
+    ids = events["event_id"].astype(np.int64)
+    starts = events["start_ns"].astype(np.int64)
+    ends = np.maximum(events["end_ns"].astype(np.int64), starts)
+    tiled = (events["pid_m"] >= 0) & (events["pid_n"] >= 0)
+    rank = events["cur_rank"].astype(np.int64)
+    key = (rank << 42) | (events["pid_m"].astype(np.int64) << 21) | events["pid_n"].astype(np.int64)
+
+    computed = tiled & (ids >= SCOPE_BASE)
+    tiles, inverse = np.unique(key[computed], return_inverse=True)
+    out = {
+        "rank": tiles >> 42,
+        "pid_m": (tiles >> 21) & 0x1FFFFF,
+        "pid_n": tiles & 0x1FFFFF,
+        "computed_ns": np.full(len(tiles), _NO_TIME, dtype=np.int64),
+        "push_start_ns": np.full(len(tiles), -1, dtype=np.int64),
+        "visible_ns": np.full(len(tiles), -1, dtype=np.int64),
+        "consumed_ns": np.full(len(tiles), -1, dtype=np.int64),
+    }
+    np.maximum.at(out["computed_ns"], inverse, ends[computed])
+    if len(tiles) == 0:
+        return out
+
+    moved = tiled & np.isin(ids, list(DATA_EVENTS | RELEASE_EVENTS))
+    position = np.searchsorted(tiles, key[moved])
+    inside = position < len(tiles)
+    inside[inside] = tiles[position[inside]] == key[moved][inside]
+    first = np.full(len(tiles), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, position[inside], starts[moved][inside])
+    np.maximum.at(out["visible_ns"], position[inside], ends[moved][inside])
+    out["push_start_ns"] = np.where(first == np.iinfo(np.int64).max, -1, first)
+
+    # Consumed: the last wait (on any rank) released by one of the tile's ops.
+    releaser = match_releasers(events)
+    waits = np.flatnonzero(releaser >= 0)
+    source = releaser[waits]
+    by_tile = moved[source]
+    if by_tile.any():
+        position = np.searchsorted(tiles, key[source[by_tile]])
+        ok = position < len(tiles)
+        ok[ok] = tiles[position[ok]] == key[source[by_tile]][ok]
+        np.maximum.at(out["consumed_ns"], position[ok], ends[waits[by_tile]][ok])
+    return out
+
+
+def lifecycle_summary(tiles: dict[str, np.ndarray]) -> dict[int, dict]:
+    """Per rank: median and p99 of ``queued``, ``push``, ``latency`` and ``consumed`` (ns).
+
+    Example:
+        >>> lifecycle_summary(tile_lifecycles(trace.events))[0]["latency_ns"]["median"]
+    """
+    summary: dict[int, dict] = {}
+    pushed = tiles["push_start_ns"] >= 0
+    spans = {
+        "queued_ns": (tiles["push_start_ns"] - tiles["computed_ns"], pushed),
+        "push_ns": (tiles["visible_ns"] - tiles["push_start_ns"], pushed),
+        "latency_ns": (tiles["visible_ns"] - tiles["computed_ns"], pushed),
+        "consumed_ns": (tiles["consumed_ns"] - tiles["visible_ns"], pushed & (tiles["consumed_ns"] >= 0)),
+    }
+    for rank in np.unique(tiles["rank"]).tolist():
+        mine = tiles["rank"] == rank
+        stats = {}
+        for name, (values, valid) in spans.items():
+            chosen = values[mine & valid]
+            stats[name] = {
+                "count": int(len(chosen)),
+                "median": int(np.median(chosen)) if len(chosen) else None,
+                "p99": int(np.percentile(chosen, 99)) if len(chosen) else None,
+            }
+        summary[int(rank)] = stats
+    return summary
+
+
+def critical_path(events: np.ndarray, releaser: np.ndarray | None = None, limit: int = 64) -> list[int]:
+    """Indices of the events on the chain that set the trace's end, earliest first (module docstring).
+
+    Backwards from the event that ended last: a wait steps to its releaser; a compute
+    scope to the latest wait that ended on its SM before it began; any other op (a
+    release, a push) to the latest compute scope or wait that ended on its SM before it
+    began, whichever ended later. The walk stops at a wait nothing traced released, or
+    where the SM has nothing earlier.
+
+    Example:
+        >>> [event_name(int(e)) for e in trace.events["event_id"][critical_path(trace.events)]]
+        ['scope0', 'signal', 'wait_until', 'put']
+    """
+    events = np.asarray(events)
+    if len(events) == 0:
+        return []
+    if releaser is None:
+        releaser = match_releasers(events)
+    starts = events["start_ns"].astype(np.int64)
+    ends = np.maximum(events["end_ns"].astype(np.int64), starts)
+    sm_key = _sm_keys(events)
+    kind = categories(events["event_id"])
+    is_wait = np.isin(events["event_id"], list(WAIT_EVENTS))
+    waits = _BySmAndEnd(np.flatnonzero(is_wait), sm_key, ends)
+    computes = _BySmAndEnd(np.flatnonzero(kind == COMPUTE), sm_key, ends)
+
+    chain = [int(np.argmax(ends))]
+    while len(chain) < limit:
+        current = chain[-1]
+        if is_wait[current]:
+            step = int(releaser[current])
+        elif kind[current] == COMPUTE:
+            step = waits.latest(sm_key[current], starts[current])
+        else:
+            before = (waits, computes)
+            candidates = [c for c in (b.latest(sm_key[current], starts[current]) for b in before) if c >= 0]
+            step = max(candidates, key=lambda c: ends[c]) if candidates else -1
+        if step < 0 or step in chain:
+            break
+        chain.append(step)
+    return chain[::-1]
+
+
+class _BySmAndEnd:
+    """Events sorted by (SM, end): the latest one on an SM that ended by a given time."""
+
+    def __init__(self, index: np.ndarray, sm_key: np.ndarray, ends: np.ndarray):
+        order = np.lexsort((ends[index], sm_key[index]))
+        self.index = index[order]
+        self.keys = sm_key[self.index]
+        self.ends = ends[self.index]
+
+    def latest(self, key: int, by: int) -> int:
+        lo = np.searchsorted(self.keys, key, side="left")
+        hi = np.searchsorted(self.keys, key, side="right")
+        at = lo + np.searchsorted(self.ends[lo:hi], by, side="right") - 1
+        return int(self.index[at]) if at >= lo else -1
+
+
+def describe_path(events: np.ndarray, chain: list[int], scope_names: dict[int, str] | None = None) -> str:
+    """One line per step of :func:`critical_path`, times from the first step's start.
+
+    Example:
+        >>> print(describe_path(trace.events, critical_path(trace.events), trace.scope_names))
+    """
+    if not chain:
+        return ""
+    origin = int(events["start_ns"][chain[0]])
+    lines = []
+    for i in chain:
+        event = events[i]
+        tile = f" tile ({int(event['pid_m'])},{int(event['pid_n'])})" if event["pid_m"] >= 0 else ""
+        start = (int(event["start_ns"]) - origin) / 1000
+        end = (max(int(event["end_ns"]), int(event["start_ns"])) - origin) / 1000
+        lines.append(
+            f"rank {int(event['cur_rank'])} SM {int(event['cu_id'])}: "
+            f"{event_name(int(event['event_id']), scope_names)}{tile} {start:.1f}-{end:.1f} us"
+        )
+    return "\n".join(lines)
+
+
+def _duration(ns) -> str:
+    ns = float(ns)
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:.0f} ns"

@@ -1,0 +1,151 @@
+"""The one source of truth for what devices record: event ids, the trace record, the flight entry.
+
+Plain Python ints only (importing it needs nothing), so every reader takes its
+constants from here: the device recorders (``iris.device.tracing`` and
+``iris.device.flight`` wrap them in ``tl.constexpr``), the collector and decoder
+(``iris_trace.events``), the analysis, the exporters and the hang reports.
+
+**Event ids** (8 bits in a record). 1-16 are the device API's ops, 20 a copy-engine
+put, 21-23 waits issued by the library for a named purpose (the device barrier, a
+collective, a fused op: they stall like ``wait_until`` and are reported under their
+own names), and ``SCOPE_BASE + s`` the user's compute scope ``s``.
+
+**Trace record** (8 x int64, one per event)::
+
+    0 start_ns   1 end_ns   2 address (heap offset of the lowest byte touched)
+    3 payload_bytes
+    4 event_id | cur_rank << 8 | target_rank << 24 | cu_id << 40
+    5 pid | op_index << 32          (op_index: sequence number within the SM)
+    6 pid_m | pid_n << 32           (tile coordinates, -1 when not given)
+    7 value                         (flag value waited for or signalled, else 0)
+
+**Flight entry** (8 x int64, the hang recorder's ring; ``iris.device.flight``)::
+
+    0 seq (claim index + 1; 0 = never written)
+    1 kind | sub << 8 | cur_rank << 16 | target_rank << 32 | sm << 48
+    2 pid | op_id << 32
+    3 heap offset   4 value   5 timestamp   6 seen value or bytes   7 reserved
+
+A flight ``kind`` is an event id, or ``WAIT_BEGIN`` for the start of a slow wait.
+
+Example:
+    >>> from iris_trace import schema
+    >>> schema.EVENT_NAMES[schema.SIGNAL], schema.SIGNAL in schema.RELEASE_EVENTS
+    ('signal', True)
+"""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------- event ids
+LOAD, STORE, GET, PUT, COPY = 1, 2, 3, 4, 5
+ATOMIC_ADD, ATOMIC_SUB, ATOMIC_XCHG, ATOMIC_XOR = 6, 7, 8, 9
+ATOMIC_AND, ATOMIC_OR, ATOMIC_MIN, ATOMIC_MAX, ATOMIC_CAS = 10, 11, 12, 13, 14
+SIGNAL, WAIT_UNTIL = 15, 16
+#: A copy-engine put (``iris.copy_engine``): filed on lane ``DMA_CU_BASE + target rank``, no SM.
+DMA_PUT = 20
+#: Waits the library issues for a named purpose (``wait_until(..., op="iris.device_barrier")``...).
+BARRIER_WAIT, COLLECTIVE_WAIT, FUSED_OP_WAIT = 21, 22, 23
+#: Event ids from here up are user compute scopes: ``SCOPE_BASE + scope``.
+SCOPE_BASE = 64
+#: Lanes of copy-engine puts start here (``cu_id`` of a ``dma_put``): the copy engines are not SMs.
+DMA_CU_BASE = 0x7F00
+#: ``target_rank`` field of an event that has none.
+NO_RANK = 0xFFFF
+
+#: event id -> name, as exports and reports show it. Ids from SCOPE_BASE up are scopes.
+EVENT_NAMES = {
+    LOAD: "load",
+    STORE: "store",
+    GET: "get",
+    PUT: "put",
+    COPY: "copy",
+    ATOMIC_ADD: "atomic_add",
+    ATOMIC_SUB: "atomic_sub",
+    ATOMIC_XCHG: "atomic_xchg",
+    ATOMIC_XOR: "atomic_xor",
+    ATOMIC_AND: "atomic_and",
+    ATOMIC_OR: "atomic_or",
+    ATOMIC_MIN: "atomic_min",
+    ATOMIC_MAX: "atomic_max",
+    ATOMIC_CAS: "atomic_cas",
+    SIGNAL: "signal",
+    WAIT_UNTIL: "wait_until",
+    DMA_PUT: "dma_put",
+    BARRIER_WAIT: "device_barrier_wait",
+    COLLECTIVE_WAIT: "collective_wait",
+    FUSED_OP_WAIT: "fused_op_wait",
+}
+#: Ops that wait for another rank (their time is stall time).
+WAIT_EVENTS = frozenset({WAIT_UNTIL, BARRIER_WAIT, COLLECTIVE_WAIT, FUSED_OP_WAIT})
+#: Ops that change memory another rank may wait on: possible releasers of a wait (flow
+#: sources in exports), and what a rank "sent" in hang reports.
+RELEASE_EVENTS = frozenset(
+    {STORE, PUT, COPY, ATOMIC_ADD, ATOMIC_SUB, ATOMIC_XCHG, ATOMIC_XOR}
+    | {ATOMIC_AND, ATOMIC_OR, ATOMIC_MIN, ATOMIC_MAX, ATOMIC_CAS, SIGNAL}
+)
+#: Releases whose ``value`` says what they set, so a waiter's ``value`` can pick among them.
+VALUED_RELEASES = frozenset(RELEASE_EVENTS - {STORE, PUT, COPY})
+#: Ops that move data (bytes), as opposed to flags and atomics.
+DATA_EVENTS = frozenset({LOAD, STORE, GET, PUT, COPY, DMA_PUT})
+
+#: ``wait_until``'s ``op=`` name (or its family prefix) -> the event id its trace record gets.
+WAIT_OPS = {
+    "iris.wait_until": WAIT_UNTIL,
+    "iris.device_barrier": BARRIER_WAIT,
+    "iris.ccl": COLLECTIVE_WAIT,
+    "iris.ops": FUSED_OP_WAIT,
+}
+
+
+def wait_event_id(op: str) -> int:
+    """The event id of a wait issued under ``op`` (``"iris.ccl.all_reduce"`` counts as ``"iris.ccl"``).
+
+    Example:
+        >>> wait_event_id("iris.ccl.all_reduce") == COLLECTIVE_WAIT
+        True
+    """
+    name = str(op)
+    for prefix, event_id in WAIT_OPS.items():
+        if name == prefix or name.startswith(prefix + "."):
+            return event_id
+    return WAIT_UNTIL
+
+
+def event_name(event_id: int, scope_names: dict[int, str] | None = None) -> str:
+    """Human name of an event id (user scopes use ``scope_names`` or ``scope<N>``).
+
+    Example:
+        >>> event_name(SIGNAL), event_name(SCOPE_BASE + 3), event_name(SCOPE_BASE, {0: "gemm"})
+        ('signal', 'scope3', 'gemm')
+    """
+    if event_id >= SCOPE_BASE:
+        scope = event_id - SCOPE_BASE
+        return (scope_names or {}).get(scope, f"scope{scope}")
+    return EVENT_NAMES.get(event_id, f"event{event_id}")
+
+
+# ---------------------------------------------------------------- the trace record
+RECORD_WORDS = 8
+W_START, W_END, W_ADDRESS, W_BYTES, W_IDENT, W_WHERE, W_TILE, W_VALUE = range(RECORD_WORDS)
+#: Bit positions in the ``ident`` word (W_IDENT) and the widths of its fields.
+IDENT_EVENT_BITS = 8
+IDENT_CUR_RANK_SHIFT, IDENT_TARGET_SHIFT, IDENT_CU_SHIFT = 8, 24, 40
+IDENT_RANK_BITS = IDENT_CU_BITS = 16
+
+# Tracing slots of the context tensor, counted from the first slot after ``heap_size``.
+SLOT_ENABLED, SLOT_MAX_EVENTS, SLOT_REGION_CAPACITY, SLOT_NUM_REGIONS = 0, 1, 2, 3
+SLOT_COUNTERS, SLOT_DROPPED, SLOT_RECORDS = 4, 5, 6
+#: Context slots reserved for tracing (the flight recorder's slots follow them).
+TRACING_SLOTS = 17
+#: int32 stride between per-SM counters: one 128-byte line each.
+COUNTER_STRIDE = 32
+
+# ---------------------------------------------------------------- the flight ring
+#: Flight kind of the start of a slow wait (the end is recorded as the wait's event id).
+WAIT_BEGIN = 17
+ENTRY_WORDS = 8
+#: ``wait_until``'s comparisons, by their index in a flight entry's ``sub`` field.
+CMPS = ("eq", "ne", "gt", "ge", "lt", "le")
+#: The API that issued a wait (flight entry ``op_id``), by family.
+OP_IDS = {"iris.wait_until": 1, "iris.device_barrier": 2, "iris.ccl": 3, "iris.ops": 4}
+OP_NAMES = {0: "wait", **{ident: name for name, ident in OP_IDS.items()}}

@@ -1,0 +1,189 @@
+"""Wait attribution, tile lifecycles and the critical path on synthetic traces with known causes."""
+
+import numpy as np
+import pytest
+
+from iris_trace import schema
+from iris_trace.attribution import (
+    PARTS,
+    attribute_waits,
+    critical_path,
+    lifecycle_summary,
+    summarize_waits,
+    tile_lifecycles,
+    wait_groups,
+)
+from iris_trace.events import EVENT_DTYPE
+
+GEMM = schema.SCOPE_BASE  # user scope 0, named "gemm tile" below
+NAMES = {0: "gemm tile"}
+FLAG = 0x100
+
+
+def make_events(*specs) -> np.ndarray:
+    """``(event_id, rank, sm, start, end, fields)`` tuples; unset fields -1 (tiles, target) or 0."""
+    events = np.zeros(len(specs), dtype=EVENT_DTYPE)
+    events["target_rank"] = events["pid_m"] = events["pid_n"] = -1
+    for i, (event_id, rank, sm, start, end, *extra) in enumerate(specs):
+        fields = {"event_id": event_id, "cur_rank": rank, "cu_id": sm, "start_ns": start, "end_ns": end}
+        fields.update(extra[0] if extra else {})
+        for name, value in fields.items():
+            events[name][i] = value
+    return events
+
+
+def signal_to(rank, value=1, address=FLAG):
+    return {"target_rank": rank, "address": address, "value": value}
+
+
+def wait_for(value=1, address=FLAG):
+    return {"address": address, "value": value}
+
+
+def split_of(events, wait_index=-1):
+    causes = attribute_waits(events)
+    (row,) = np.flatnonzero(causes["index"] == (wait_index % len(events)))
+    return {name: int(causes[name][row]) for name in PARTS}, causes, row
+
+
+def test_a_producer_that_finishes_its_tile_late_is_computing_time():
+    events = make_events(
+        (GEMM, 0, 1, 0, 100),  # rank 0's tile ends at 100
+        (schema.SIGNAL, 0, 1, 100, 102, signal_to(1)),
+        (schema.WAIT_UNTIL, 1, 5, 10, 105, wait_for()),  # rank 1 waited from 10
+    )
+    split, causes, row = split_of(events)
+    assert split == {
+        "computing_ns": 90,
+        "releaser_waiting_ns": 0,
+        "in_flight_ns": 2,
+        "late_look_ns": 3,
+        "not_released_ns": 0,
+        "unattributed_ns": 0,
+    }
+    assert (causes["releaser"][row], causes["producer"][row]) == (1, 0)
+
+
+def test_data_still_moving_is_in_flight_time():
+    events = make_events(
+        (GEMM, 0, 1, 0, 10),
+        (schema.PUT, 0, 1, 10, 60, {"target_rank": 1, "address": 0x400, "payload_bytes": 1 << 20}),
+        (schema.SIGNAL, 0, 1, 60, 62, signal_to(1)),
+        (schema.WAIT_UNTIL, 1, 5, 5, 64, wait_for()),
+    )
+    split, _, _ = split_of(events)
+    assert (split["computing_ns"], split["in_flight_ns"], split["late_look_ns"]) == (5, 52, 2)
+
+
+def test_a_waiter_that_looks_late_is_late_look_time():
+    events = make_events(
+        (GEMM, 0, 1, 0, 10),
+        (schema.SIGNAL, 0, 1, 10, 12, signal_to(1)),
+        (schema.WAIT_UNTIL, 1, 5, 5, 100, wait_for()),
+    )
+    split, _, _ = split_of(events)
+    assert (split["computing_ns"], split["in_flight_ns"], split["late_look_ns"]) == (5, 2, 88)
+
+
+def test_a_barrier_released_by_a_rank_that_computes_nothing_is_not_released_time():
+    events = make_events(
+        (schema.ATOMIC_ADD, 0, 7, 40, 41, signal_to(1, value=2, address=0x0)),
+        (schema.BARRIER_WAIT, 1, 3, 0, 45, wait_for(value=2, address=0x0)),
+    )
+    split, _, _ = split_of(events)
+    assert split == {
+        "computing_ns": 0,
+        "releaser_waiting_ns": 0,
+        "in_flight_ns": 1,
+        "late_look_ns": 4,
+        "not_released_ns": 40,
+        "unattributed_ns": 0,
+    }
+    (group,) = wait_groups(events, attribute_waits(events), NAMES)
+    assert (group["op"], group["releaser_rank"], group["producer"]) == ("device_barrier_wait", 0, None)
+
+
+def test_a_releaser_that_was_itself_waiting_is_releaser_waiting_time():
+    # Rank 1 waits on rank 0, which only signals once its own wait (on rank 2) is over.
+    events = make_events(
+        (schema.WAIT_UNTIL, 0, 1, 0, 80, wait_for(address=0x200)),
+        (schema.SIGNAL, 0, 1, 80, 82, signal_to(1)),
+        (schema.WAIT_UNTIL, 1, 5, 10, 90, wait_for()),
+    )
+    split, causes, row = split_of(events)
+    assert (split["releaser_waiting_ns"], split["in_flight_ns"], split["late_look_ns"]) == (70, 2, 8)
+    assert split["computing_ns"] == 0 and causes["producer"][row] == 0
+    (line,) = [g for g in wait_groups(events, causes) if g["rank"] == 1]
+    assert line["producer"] == "wait_until"
+
+
+def test_a_wait_nothing_traced_released_is_unattributed():
+    events = make_events((schema.WAIT_UNTIL, 1, 5, 0, 50, wait_for()))
+    split, _, _ = split_of(events)
+    assert split["unattributed_ns"] == 50 and sum(split.values()) == 50
+
+
+def test_parts_are_clipped_to_the_wait_when_clocks_disagree():
+    # After alignment a release may seem to end after the wait it released.
+    events = make_events(
+        (GEMM, 0, 1, 0, 10),
+        (schema.SIGNAL, 0, 1, 10, 30, signal_to(1)),
+        (schema.WAIT_UNTIL, 1, 5, 0, 20, wait_for()),
+    )
+    split, _, _ = split_of(events)
+    assert split["in_flight_ns"] == 10 and split["late_look_ns"] == 0 and sum(split.values()) == 20
+
+
+def test_the_report_says_in_words_who_made_each_rank_wait():
+    events = make_events(
+        (GEMM, 0, 1, 0, 100),
+        (schema.SIGNAL, 0, 1, 100, 102, signal_to(1)),
+        (schema.WAIT_UNTIL, 1, 5, 10, 105, wait_for()),
+        (schema.WAIT_UNTIL, 1, 6, 100, 104, wait_for(value=7, address=0x900)),  # unreleased, shorter
+    )
+    groups = wait_groups(events, attribute_waits(events), NAMES)
+    assert [g["wait_ns"] for g in groups] == [95, 4]
+    assert groups[0]["share"] == pytest.approx(95 / 99)
+    (line,) = summarize_waits(groups, world_size=2)
+    assert line.startswith("96% of wait time on rank 1 (99 ns in 2 waits) is wait_until for rank 0")
+    assert "for rank 0's gemm tile:" in line, line
+    assert "the producer was still computing for 95%" in line, line
+
+
+def test_a_tile_lifecycle_from_computed_to_consumed():
+    tile = {"pid_m": 2, "pid_n": 3}
+    events = make_events(
+        (GEMM, 0, 1, 0, 100, tile),
+        (schema.PUT, 0, 9, 110, 150, {**tile, "target_rank": 1, "address": 0x400, "payload_bytes": 64}),
+        (schema.PUT, 0, 9, 120, 160, {**tile, "target_rank": 1, "address": 0x440, "payload_bytes": 64}),
+        (schema.SIGNAL, 0, 9, 160, 162, {**tile, **signal_to(1)}),
+        (schema.WAIT_UNTIL, 1, 5, 100, 170, wait_for()),
+    )
+    tiles = tile_lifecycles(events)
+    assert tiles["rank"].tolist() == [0] and (tiles["pid_m"][0], tiles["pid_n"][0]) == (2, 3)
+    assert [int(tiles[k][0]) for k in ("computed_ns", "push_start_ns", "visible_ns", "consumed_ns")] == [
+        100,
+        110,
+        162,
+        170,
+    ]
+    stats = lifecycle_summary(tiles)[0]
+    assert {k: stats[k]["median"] for k in stats} == {
+        "queued_ns": 10,
+        "push_ns": 52,
+        "latency_ns": 62,
+        "consumed_ns": 8,
+    }
+    lines = summarize_waits(wait_groups(events, attribute_waits(events), NAMES), 2, lifecycle_summary(tiles))
+    assert "rank 0: 1 tiles, median tile push latency (computed to visible at the peers) 62 ns" in lines[-1]
+
+
+def test_the_critical_path_follows_compute_signal_wait():
+    events = make_events(
+        (GEMM, 0, 1, 0, 180),  # the producer's tile
+        (schema.SIGNAL, 0, 1, 180, 182, signal_to(1)),
+        (GEMM, 0, 2, 0, 50),  # off the path: another SM, done early
+        (schema.WAIT_UNTIL, 1, 5, 20, 190, wait_for()),
+        (schema.PUT, 1, 5, 200, 210, {"target_rank": 0, "address": 0x800, "payload_bytes": 64}),
+    )
+    assert critical_path(events) == [0, 1, 3, 4]

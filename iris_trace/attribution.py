@@ -222,7 +222,7 @@ def summarize_waits(groups: list[dict], world_size: int, lifecycle: dict | None 
         reasons = "; ".join(f"{PART_WORDS[p]} for {100 * n / top['wait_ns']:.0f}%" for n, p in split)
         waits = sum(g["waits"] for g in mine)
         lines.append(
-            f"{100 * top['share']:.0f}% of wait time on rank {rank} ({_duration(total)} in "
+            f"{100 * top['share']:.0f}% of wait time on rank {rank} ({_duration(total)} summed over "
             f"{waits} wait{'s' if waits != 1 else ''}) is {top['op']} for {whom}: {reasons}"
         )
     if lifecycle:

@@ -145,7 +145,7 @@ def test_the_report_says_in_words_who_made_each_rank_wait():
     assert [g["wait_ns"] for g in groups] == [95, 4]
     assert groups[0]["share"] == pytest.approx(95 / 99)
     (line,) = summarize_waits(groups, world_size=2)
-    assert line.startswith("96% of wait time on rank 1 (99 ns in 2 waits) is wait_until for rank 0")
+    assert line.startswith("96% of wait time on rank 1 (99 ns summed over 2 waits) is wait_until for rank 0")
     assert "for rank 0's gemm tile:" in line, line
     assert "the producer was still computing for 95%" in line, line
 

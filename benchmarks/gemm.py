@@ -12,7 +12,7 @@ output, before any timing.
     ... --shapes "4096,2048,8192;4096,3584,4096"   (per-rank M,N,K)
     ... --configs "num_stages=4;block_n=128"        more tile settings
 
-The results of record (``gemm_tma_h200.json``, ``gemm_tma_tiles_h200.json``) come from
+The tile sweeps (``results/sweeps/gemm_tma_h200.json``, ``gemm_tma_tiles_h200.json``) come from
 commit a65719e, when ``tile_gemm`` could also load through tensor descriptors (Hopper's
 TMA); that path gained nothing clear over pointer loads and was removed (docs/fused.md).
 """

@@ -35,7 +35,7 @@ The receive slots are shared by every pushed call and the round counts must agre
 between ranks, so, like the staged protocol, only the whole-world group pushes.
 
 What it buys: no handshakes, and stores only (remote stores outrun remote loads over
-NVLink). Measured on 4 x H200 (``benchmarks/results/tune_pushed_h200x4.json``),
+NVLink). Measured on 4 x H200 (``benchmarks/results/sweeps/tune_pushed_h200x4.json``),
 all_reduce pushed beats the direct two-shot at every size (256 MiB: 1158 against
 1277 us, NCCL 1183), reduce_scatter up to 16 MiB and ties above
 (``runtime.REDUCE_SCATTER_PUSHED_AUTO_BYTES``).

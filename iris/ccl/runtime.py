@@ -41,7 +41,7 @@ PUSH_SLOT_BYTES = 64 << 10
 PUSH_ROUND_TILES = 4
 #: ``Config.protocol="auto"`` pushes reduce_scatter calls past the staging capacity up to
 #: this many input bytes per member, and two-shot all_reduce calls of any size. Measured on
-#: 4 x H200 (eager, ``benchmarks/results/tune_pushed_h200x4.json``): reduce_scatter 4 MiB
+#: 4 x H200 (eager, ``benchmarks/results/sweeps/tune_pushed_h200x4.json``): reduce_scatter 4 MiB
 #: 25 us pushed against 33 direct (NCCL 46), 16 MiB 54 against 64 (NCCL 61); from 64 MiB
 #: the two are within 1% (256 MiB: 640 against 633 us). all_reduce pushed wins at every
 #: size: 16 MiB 91 against 102 us, 256 MiB 1158 against 1277 (NCCL 1183).

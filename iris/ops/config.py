@@ -182,12 +182,12 @@ def sharing_saves_a_wave(tiles: int, num_sms: int, comm_sms: int) -> bool:
 
     Only when giving ``comm_sms`` SMs to communication would add a wave to a GEMM of
     at most two: that wave is a third of the GEMM or more. Measured on 4 x H200
-    (``benchmarks/results/tune_fused_shared_h200x4.json``): with 256 tiles (2 waves
+    (``benchmarks/results/sweeps/tune_fused_shared_h200x4.json``): with 256 tiles (2 waves
     on 132 SMs, 3 on 108) sharing took 0.283-0.292 ms against 0.303-0.316 for
     consumers on SMs of their own; with 448 and 1024 tiles 2-warp consumers lost
     25-35% (they push only about 200 GB/s, an estimate), and 4-warp ones, with the
     registers :func:`split_sm_registers` leaves them, still 6-11%
-    (``tune_fused_push_last_h200x4.json``).
+    (``sweeps/tune_fused_push_last_h200x4.json``).
 
     Example:
         >>> sharing_saves_a_wave(256, 132, 24)

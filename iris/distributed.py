@@ -8,8 +8,10 @@ process group has, and never pushes Python objects through NCCL.
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -20,6 +22,8 @@ import torch.distributed as dist
 from . import config
 
 _control_groups: dict[int, Any] = {}
+#: Every Communicator made, so that their process groups can be let go of at exit.
+_communicators: weakref.WeakSet = weakref.WeakSet()
 
 
 class HostTimeoutError(RuntimeError):
@@ -30,7 +34,7 @@ class HostTimeoutError(RuntimeError):
     """
 
 
-@dataclass
+@dataclass(eq=False)  # identity, not field values: communicators are kept in a WeakSet
 class Communicator:
     """Who this process is among the ranks, and a group to coordinate them."""
 
@@ -41,6 +45,9 @@ class Communicator:
     control_group: Any
     #: Returns what the other ranks are doing, for error messages (installed by ``iris.hang``).
     describe_peers: Callable[[], str] | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        _communicators.add(self)
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         """Every rank's ``obj``, in rank order."""
@@ -144,16 +151,37 @@ EXIT_GRACE_SECONDS = 10.0
 
 
 def _destroy_default_group() -> None:
-    """Tear the process group down at exit, rank 0 last.
+    """Tear the process groups down at exit, rank 0 last, and free them while Python is alive.
 
     Rank 0 hosts the rendezvous store (TCPStore). Left to chance, it may exit while a
     peer's process group is still being destroyed and talking to that store, which
     fails in the peer's background threads at exit. So every other rank destroys its
     group first and then says so in the store; rank 0 waits for that (at most
     EXIT_GRACE_SECONDS: a peer that died says nothing) before destroying its own.
+
+    Destroying a group leaves its C++ object alive while Python objects refer to it (our
+    control group, a context the program kept in a global, reference cycles). Freed only
+    during interpreter finalization, gloo's worker threads then release the tensors of
+    their last work, which needs the GIL the finalizing interpreter no longer hands out:
+    the process aborts ("terminate called without an active exception"), now and then.
+    So the references are dropped and collected here, with the interpreter intact.
     """
     if not dist.is_initialized():
         return
+    try:
+        _tear_down_in_order()
+    finally:
+        _release_groups()
+
+
+def _release_groups() -> None:
+    _control_groups.clear()
+    for communicator in list(_communicators):
+        communicator.control_group = None
+    gc.collect()
+
+
+def _tear_down_in_order() -> None:
     try:
         store = dist.distributed_c10d._get_default_store()
         rank, world_size = dist.get_rank(), dist.get_world_size()

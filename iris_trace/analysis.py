@@ -512,10 +512,11 @@ def analyze(
     overall = {k: sum(row[k] for row in per_rank) for k in OVERALL_FIELDS[:-1]}
     overall["overlap_ratio"] = _ratio(overall["compute_during_comm_ns"], overall["comm_or_wait_ns"])
 
-    causes = attribute_waits(events)
+    releaser = match_releasers(events)  # one matching serves the three analyses below
+    causes = attribute_waits(events, releaser)
     groups = wait_groups(events, causes, scope_names)
-    lifecycle = lifecycle_summary(tile_lifecycles(events))
-    path = critical_path(events, match_releasers(events))
+    lifecycle = lifecycle_summary(tile_lifecycles(events, releaser))
+    path = critical_path(events, releaser)
     return Report(
         world_size=world_size,
         window_start_ns=window_start,

@@ -55,7 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 from .events import EVENT_DTYPE
-from .matching import COMM, COMPUTE, _latest_at_or_before, categories, match_releasers
+from .matching import COMM, COMPUTE, _latest_at_or_before, categories, match_releasers, sm_keys
 from .schema import DATA_EVENTS, RELEASE_EVENTS, SCOPE_BASE, WAIT_EVENTS, event_name
 
 #: The parts a wait splits into (module docstring), in the order they are reported.
@@ -79,12 +79,11 @@ PART_WORDS = {
 _NO_TIME = np.iinfo(np.int64).min
 
 
-def _sm_keys(events: np.ndarray) -> np.ndarray:
-    return (events["cur_rank"].astype(np.int64) << 16) | (events["cu_id"].astype(np.int64) & 0xFFFF)
-
-
-def attribute_waits(events: np.ndarray) -> dict[str, np.ndarray]:
+def attribute_waits(events: np.ndarray, releaser: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every wait's releaser, producer step and split (module docstring), as columns.
+
+    ``releaser`` is :func:`~iris_trace.matching.match_releasers` of ``events`` when the
+    caller has it already (it is the costly part); else it is computed here.
 
     Returns a dict of equal-length numpy arrays, one row per wait in input order:
     ``index`` (into ``events``), ``rank``, ``cu_id``, ``event_id``, ``start_ns``, ``end_ns``,
@@ -101,7 +100,9 @@ def attribute_waits(events: np.ndarray) -> dict[str, np.ndarray]:
     waits = np.flatnonzero(np.isin(events["event_id"], list(WAIT_EVENTS)))
     starts = events["start_ns"].astype(np.int64)
     ends = np.maximum(events["end_ns"].astype(np.int64), starts)
-    releaser = match_releasers(events)[waits]
+    if releaser is None:
+        releaser = match_releasers(events)
+    releaser = releaser[waits]
 
     # The releaser's last step: the latest compute scope or wait on its SM ended by the release's start.
     producer = np.full(len(waits), -1, dtype=np.int64)
@@ -109,7 +110,7 @@ def attribute_waits(events: np.ndarray) -> dict[str, np.ndarray]:
     kind = categories(events["event_id"])
     steps = np.flatnonzero(kind != COMM)
     if len(steps) and released.any():
-        sm_key = _sm_keys(events)
+        sm_key = sm_keys(events)
         sources = releaser[released]
         found = _latest_at_or_before([sm_key[steps]], ends[steps], [sm_key[sources]], starts[sources])
         producer[released] = np.where(found >= 0, steps[np.maximum(found, 0)], -1)
@@ -236,8 +237,10 @@ def summarize_waits(groups: list[dict], world_size: int, lifecycle: dict | None 
     return lines
 
 
-def tile_lifecycles(events: np.ndarray) -> dict[str, np.ndarray]:
+def tile_lifecycles(events: np.ndarray, releaser: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Each tile's computed, pushed, visible and consumed times (module docstring), as columns.
+
+    ``releaser``: :func:`~iris_trace.matching.match_releasers` of ``events``, if at hand.
 
     Returns arrays ``rank``, ``pid_m``, ``pid_n``, ``computed_ns``, ``push_start_ns``,
     ``visible_ns`` and ``consumed_ns`` (``-1`` where a tile was never pushed or consumed).
@@ -279,7 +282,8 @@ def tile_lifecycles(events: np.ndarray) -> dict[str, np.ndarray]:
     out["push_start_ns"] = np.where(first == np.iinfo(np.int64).max, -1, first)
 
     # Consumed: the last wait (on any rank) released by one of the tile's ops.
-    releaser = match_releasers(events)
+    if releaser is None:
+        releaser = match_releasers(events)
     waits = np.flatnonzero(releaser >= 0)
     source = releaser[waits]
     by_tile = moved[source]
@@ -339,7 +343,7 @@ def critical_path(events: np.ndarray, releaser: np.ndarray | None = None, limit:
         releaser = match_releasers(events)
     starts = events["start_ns"].astype(np.int64)
     ends = np.maximum(events["end_ns"].astype(np.int64), starts)
-    sm_key = _sm_keys(events)
+    sm_key = sm_keys(events)
     kind = categories(events["event_id"])
     is_wait = np.isin(events["event_id"], list(WAIT_EVENTS))
     waits = _BySmAndEnd(np.flatnonzero(is_wait), sm_key, ends)
@@ -376,28 +380,6 @@ class _BySmAndEnd:
         hi = np.searchsorted(self.keys, key, side="right")
         at = lo + np.searchsorted(self.ends[lo:hi], by, side="right") - 1
         return int(self.index[at]) if at >= lo else -1
-
-
-def describe_path(events: np.ndarray, chain: list[int], scope_names: dict[int, str] | None = None) -> str:
-    """One line per step of :func:`critical_path`, times from the first step's start.
-
-    Example:
-        >>> print(describe_path(trace.events, critical_path(trace.events), trace.scope_names))
-    """
-    if not chain:
-        return ""
-    origin = int(events["start_ns"][chain[0]])
-    lines = []
-    for i in chain:
-        event = events[i]
-        tile = f" tile ({int(event['pid_m'])},{int(event['pid_n'])})" if event["pid_m"] >= 0 else ""
-        start = (int(event["start_ns"]) - origin) / 1000
-        end = (max(int(event["end_ns"]), int(event["start_ns"])) - origin) / 1000
-        lines.append(
-            f"rank {int(event['cur_rank'])} SM {int(event['cu_id'])}: "
-            f"{event_name(int(event['event_id']), scope_names)}{tile} {start:.1f}-{end:.1f} us"
-        )
-    return "\n".join(lines)
 
 
 def _duration(ns) -> str:

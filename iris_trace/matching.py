@@ -139,6 +139,15 @@ def _packed_order(sides, lows, bits, one_word: bool, index_bits: int):
     return order, group
 
 
+def sm_keys(events: np.ndarray) -> np.ndarray:
+    """One int64 per event naming its ``(cur_rank, cu_id)``: ``cur_rank << 16 | cu_id``.
+
+    Example:
+        >>> sm_keys(trace.events)[0] >> 16    # the first event's rank
+    """
+    return (events["cur_rank"].astype(np.int64) << 16) | (events["cu_id"].astype(np.int64) & 0xFFFF)
+
+
 def sm_index(events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The SMs with events and which of them each event ran on.
 
@@ -150,9 +159,7 @@ def sm_index(events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         >>> rows[index[0]]          # (rank, SM) of the first event
     """
     # One int64 per SM: np.unique on a 1-D array is far faster than with axis=0.
-    cu_id = events["cu_id"].astype(np.int64) & 0xFFFF
-    combined = (events["cur_rank"].astype(np.int64) << 16) | cu_id
-    unique, index = np.unique(combined, return_inverse=True)
+    unique, index = np.unique(sm_keys(events), return_inverse=True)
     rows = np.stack([unique >> 16, (unique & 0xFFFF).astype(np.uint16).view(np.int16)], axis=1)
     return rows.astype(np.int64), index.reshape(-1).astype(np.int64)
 

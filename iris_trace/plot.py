@@ -217,8 +217,12 @@ def timeline(
     scope_names: dict[int, str] | None = None,
     notes: list[str] | None = None,
     max_rows: int = MAX_ROWS,
+    report=None,
 ) -> str:
     """Write the PNG described in the module docstring; returns ``path`` (needs matplotlib).
+
+    ``report``: the :class:`~iris_trace.analysis.Report` of these events when the caller
+    has one (its longest stalls are the ones marked); without it they are analysed here.
 
     Example:
         >>> timeline(trace.events, "stalls.png", trace.world_size, title="gemm + all-scatter")
@@ -264,9 +268,10 @@ def timeline(
     handles = [Patch(color=COLOURS[i], label=name) for i, name in enumerate(STATES)]
     axes[0].legend(handles=handles, loc="upper right", fontsize=8, ncols=4, framealpha=0.9)
 
-    report = analyze(events, world_size, scope_names, top=MARKED_STALLS) if len(events) else None
+    if report is None and len(events):
+        report = analyze(events, world_size, scope_names, top=MARKED_STALLS)
     captions = []
-    for number, stall in enumerate(report.top_stalls if report else [], start=1):
+    for number, stall in enumerate(report.top_stalls[:MARKED_STALLS] if report else [], start=1):
         grouped_row = _grouped_row(labels, stall["rank"], stall["cu_id"], rows, group)
         if grouped_row is None:
             continue

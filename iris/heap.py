@@ -28,6 +28,15 @@ ALIGNMENT = 256
 BASE_ALIGNMENT = 4096
 
 
+def _aligned(offset: int) -> int:
+    """``offset`` rounded up to the next ALIGNMENT boundary."""
+    return -(-offset // ALIGNMENT) * ALIGNMENT
+
+
+def _nbytes(shape, dtype: torch.dtype) -> int:
+    return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+
+
 def _start_address(tensor: torch.Tensor) -> int:
     # data_ptr() is 0 for empty tensors; the storage still knows where the view starts.
     return tensor.untyped_storage().data_ptr() + tensor.storage_offset() * tensor.element_size()
@@ -77,7 +86,7 @@ class SymmetricHeap:
 
         self.size = heap_size
         #: Bytes past ``size`` kept for Iris's own state (:meth:`reserve`).
-        self.reserved = -(-reserved_bytes // ALIGNMENT) * ALIGNMENT
+        self.reserved = _aligned(reserved_bytes)
         #: Bytes mapped per rank: the user's heap, padded to ``ALIGNMENT``, then the reserved region.
         self.mapped_size = self._reserved_start() + self.reserved
         self.device = device
@@ -109,7 +118,7 @@ class SymmetricHeap:
         self._closed = False
 
     def _reserved_start(self) -> int:
-        return -(-self.size // ALIGNMENT) * ALIGNMENT
+        return _aligned(self.size)
 
     @property
     def base(self) -> int:
@@ -130,18 +139,15 @@ class SymmetricHeap:
         """A contiguous, uninitialised tensor of ``shape`` and ``dtype`` inside the heap."""
         if self._closed:
             raise RuntimeError("iris: the symmetric heap was closed")
-        numel = 1
-        for dim in shape:
-            numel *= dim
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
-        offset = -(-self._next_offset // ALIGNMENT) * ALIGNMENT
+        nbytes = _nbytes(shape, dtype)
+        offset = _aligned(self._next_offset)
         if offset + nbytes > self.size:
             raise MemoryError(
                 f"iris: cannot allocate {nbytes} bytes ({tuple(shape)}, {dtype}) on the symmetric heap: "
                 f"{max(self.size - offset, 0)} of {self.size} bytes free"
             )
         self._next_offset = offset + nbytes
-        return self._storage[offset : offset + nbytes].view(dtype).view(shape)
+        return self._view(offset, nbytes, shape, dtype)
 
     def reserve(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """A zeroed tensor in the reserved region (Iris's own state; same order on every rank).
@@ -149,14 +155,32 @@ class SymmetricHeap:
         Example:
             >>> arrivals = heap.reserve((64, world_size), torch.int64)
         """
-        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-        offset = -(-self._next_reserved // ALIGNMENT) * ALIGNMENT
+        nbytes = _nbytes(shape, dtype)
+        offset = _aligned(self._next_reserved)
         if offset + nbytes > self.mapped_size:
             raise RuntimeError(
                 f"iris: the reserved region ({self.reserved} bytes) has no room for {nbytes} more bytes"
             )
         self._next_reserved = offset + nbytes
-        return self._storage[offset : offset + nbytes].view(dtype).view(shape).zero_()
+        return self._view(offset, nbytes, shape, dtype).zero_()
+
+    @staticmethod
+    def footprint(pieces) -> int:
+        """Bytes that ``(shape, dtype)`` pieces take when placed one after another, each aligned.
+
+        What the reserved region must hold for :meth:`reserve` calls of those pieces.
+
+        Example:
+            >>> SymmetricHeap.footprint([((64, 4), torch.int64), ((10,), torch.int32)])
+            2088
+        """
+        end = 0
+        for shape, dtype in pieces:
+            end = _aligned(end) + _nbytes(shape, dtype)
+        return end
+
+    def _view(self, offset: int, nbytes: int, shape, dtype: torch.dtype) -> torch.Tensor:
+        return self._storage[offset : offset + nbytes].view(dtype).view(shape)
 
     def contains(self, tensor: torch.Tensor) -> bool:
         """Whether every element of ``tensor`` lies in this rank's heap (reserved region included)."""

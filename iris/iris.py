@@ -23,7 +23,7 @@ from .device.context import HEADER_SLOTS, context_length
 from .distributed import init_distributed
 from .group_slots import GroupSlots
 from .hang import Hang
-from .heap import ALIGNMENT, SymmetricHeap
+from .heap import SymmetricHeap
 from .log import DEBUG, ERROR, INFO, WARNING, log_with_rank
 from .prepared import PreparedLaunch
 from .tensors import TensorFactory, fill_random, full_dtype, normalize_size
@@ -63,12 +63,14 @@ class Iris:
         #: Whether other ranks of this job run on this rank's GPU too (``IRIS_RANKS_PER_GPU``):
         #: right for correctness runs and traces, never for timings.
         self.gpu_shared = self.backend.shares_devices(self._comm.local_world_size)
-        reserved = _state_bytes(self.num_ranks, self.backend.multiprocessor_count(self.device))
+        # Iris's own state lives in the heap's reserved region, the same on every rank:
+        # the device barrier's arrivals (here), the collectives' flags (ccl.Runtime).
+        barrier_piece = ((BARRIER_SLOTS, self.num_ranks), torch.int64)
+        flag_piece = Runtime.flag_piece(self.num_ranks, self.backend.multiprocessor_count(self.device))
+        reserved = SymmetricHeap.footprint([barrier_piece, flag_piece])
         self.heap = SymmetricHeap(heap_size, self.backend, self._comm, self.device, reserved)
         self._tensors = TensorFactory(self.heap, self.backend.accepts_device)
-
-        # Iris's own state lives in the heap's reserved region, the same on every rank.
-        self._barrier_arrivals = self.heap.reserve((BARRIER_SLOTS, self.num_ranks), torch.int64)
+        self._barrier_arrivals = self.heap.reserve(*barrier_piece)
         self._barrier_slots = GroupSlots(
             BARRIER_SLOTS, self.num_ranks, "device_barrier", "use a different group layout or a host barrier"
         )
@@ -655,12 +657,6 @@ class Iris:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _state_bytes(world_size: int, multiprocessors: int) -> int:
-    """Bytes of the heap's reserved region: device-barrier arrivals and collective flags."""
-    barrier = BARRIER_SLOTS * world_size * 8
-    return barrier + ALIGNMENT + Runtime.flag_bytes(world_size, multiprocessors)
 
 
 def _as_array(value):

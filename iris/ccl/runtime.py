@@ -82,7 +82,7 @@ class Runtime:
         # In the heap's reserved region, carved at start-up on every rank: subgroups that
         # only some ranks use cannot make the heap asymmetric, and the user's heap_size
         # bytes stay the user's.
-        self.flags = ctx.heap.reserve((GROUP_SLOTS, PHASES, self.max_programs, ctx.num_ranks), torch.int32)
+        self.flags = ctx.heap.reserve(*self.flag_piece(ctx.num_ranks, self.max_programs))
         self._slots = GroupSlots(GROUP_SLOTS, ctx.num_ranks, "collective")
         self._groups: dict[object, Group] = {}
         self._launches: dict[tuple, PreparedLaunch] = {}
@@ -96,14 +96,14 @@ class Runtime:
         self.protocol_calls = torch.zeros(2, dtype=torch.int32, device=ctx.device)
 
     @staticmethod
-    def flag_bytes(world_size: int, max_programs: int) -> int:
-        """Bytes of the flag rows of every group slot (the heap reserves them at start-up).
+    def flag_piece(world_size: int, max_programs: int) -> tuple[tuple[int, ...], torch.dtype]:
+        """``(shape, dtype)`` of the flag rows of every group slot (reserved on the heap at start-up).
 
         Example:
-            >>> Runtime.flag_bytes(4, 132)   # 16 slots x 5 phases x 132 programs x 4 ranks x int32
-            168960
+            >>> Runtime.flag_piece(4, 132)
+            ((16, 5, 132, 4), torch.int32)
         """
-        return GROUP_SLOTS * PHASES * max_programs * world_size * 4
+        return (GROUP_SLOTS, PHASES, max_programs, world_size), torch.int32
 
     def protocol(
         self,

@@ -1,8 +1,8 @@
 """Iris for NVIDIA GPUs: a symmetric heap and RMA from Triton kernels.
 
-Import ``iris`` before defining kernels: on machines without a GPU it switches
-Triton to its interpreter (the emulation backend), which must happen before
-``@triton.jit`` runs.
+On machines without a GPU, ``import iris`` switches Triton to its interpreter
+(the emulation backend); kernels defined before it, and Triton's own helpers,
+are interpreted too, so the import order does not matter.
 
 Example:
     >>> import iris
@@ -13,7 +13,12 @@ Example:
 
 from . import config  # noqa: I001  (sets TRITON_INTERPRET before anything imports triton.jit users)
 from .device import (
+    AllReduceConfig,
     DeviceContext,
+    TensorView,
+    Tile,
+    TileView,
+    TraceEvent,
     atomic_add,
     atomic_and,
     atomic_cas,
@@ -26,31 +31,50 @@ from .device import (
     copy,
     get,
     load,
+    make_tensor_view,
+    offset_ptr,
     put,
     signal,
     store,
+    tile_layout,
+    tile_ptr,
     trace_begin,
     trace_end,
     translate,
     wait_until,
 )
+from . import tensors as tensor_creation
+from ._upstream_paths import register as _register_upstream_paths
 from .distributed import HostTimeoutError
+from .errors import InvalidArgumentError
 from .hang import WaitTimeoutError
 from .iris import Iris, iris
 from .launch import spawn
-from .log import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level
+from .log import DEBUG, ERROR, INFO, WARNING, IrisFormatter, logger, set_logger_level
 
 BACKEND = config.BACKEND
+#: Upstream Iris's name for :class:`DeviceContext`.
+Context = DeviceContext
+
+_register_upstream_paths()
 
 __all__ = [
+    "AllReduceConfig",
     "BACKEND",
+    "Context",
     "DEBUG",
     "ERROR",
     "INFO",
     "WARNING",
     "DeviceContext",
     "HostTimeoutError",
+    "InvalidArgumentError",
     "Iris",
+    "IrisFormatter",
+    "TensorView",
+    "Tile",
+    "TileView",
+    "TraceEvent",
     "WaitTimeoutError",
     "atomic_add",
     "atomic_and",
@@ -66,11 +90,16 @@ __all__ = [
     "iris",
     "load",
     "logger",
+    "make_tensor_view",
+    "offset_ptr",
     "put",
     "set_logger_level",
     "signal",
     "spawn",
     "store",
+    "tensor_creation",
+    "tile_layout",
+    "tile_ptr",
     "trace_begin",
     "trace_end",
     "translate",

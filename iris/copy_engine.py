@@ -45,7 +45,7 @@ class CopyEngine:
 
     def __init__(self, ctx):
         self._ctx = ctx
-        self._lanes = ctx.backend.copy_lanes(ctx.device, ctx.num_ranks)
+        self._lanes = ctx.backend.copy_lanes(ctx.get_device(), ctx.num_ranks)
         self._stamps: torch.Tensor | None = None  # per lane: when its traced put started
         self._trace_launches: dict[tuple, tuple[PreparedLaunch, PreparedLaunch]] = {}
 
@@ -92,9 +92,9 @@ class CopyEngine:
             )
         if not ctx.is_symmetric(dst):
             raise ValueError("iris.copy_engine.put: dst must be on the symmetric heap (peers hold it)")
-        if src.device != ctx.device:
+        if src.device != ctx.get_device():
             raise ValueError(
-                f"iris.copy_engine.put: src is on {src.device}, this rank's device is {ctx.device}"
+                f"iris.copy_engine.put: src is on {src.device}, this rank's device is {ctx.get_device()}"
             )
         if dst.numel() == 0:
             return _nothing
@@ -122,7 +122,7 @@ class CopyEngine:
         launches = self._trace_launches.get(key)
         if launches is None:
             if self._stamps is None:
-                self._stamps = torch.zeros(ctx.num_ranks, dtype=torch.int64, device=ctx.device)
+                self._stamps = torch.zeros(ctx.num_ranks, dtype=torch.int64, device=ctx.get_device())
             stamps, bases = self._stamps, ctx.get_heap_bases()
             launches = self._trace_launches[key] = (
                 PreparedLaunch(dma_start_kernel, (1,), (stamps, to_rank), {"num_warps": 1}),

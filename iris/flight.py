@@ -60,7 +60,7 @@ class FlightRecorder:
         ring_entries = self.regions * (self.entries + PENDING_SLOTS)
         self.nbytes = fmt.RING_OFFSET + ring_entries * ENTRY_BYTES
         ring_words = ring_entries * fmt.ENTRY_WORDS
-        device = ctx.device
+        device = ctx.get_device()
         # Device memory, private to this rank: the ring, its per-SM claim counters, the report claim.
         self._ring = torch.zeros(ring_words, dtype=torch.int64, device=device)
         self._counters = torch.zeros(self.regions * COUNTER_STRIDE, dtype=torch.int64, device=device)
@@ -160,7 +160,7 @@ class FlightRecorder:
 
     def _write_metadata(self) -> None:
         ctx = self._ctx
-        device = ctx.backend.device_name(ctx.device)
+        device = ctx.backend.device_name(ctx.get_device())
         blob = json.dumps(
             {
                 "session": self.session,

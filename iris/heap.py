@@ -135,8 +135,18 @@ class SymmetricHeap:
         """Bytes still available."""
         return self.size - self._next_offset
 
-    def allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        """A contiguous, uninitialised tensor of ``shape`` and ``dtype`` inside the heap."""
+    def allocate(self, shape: int | tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A contiguous, uninitialised tensor of ``shape`` and ``dtype`` inside the heap.
+
+        ``shape`` may be an element count, as upstream Iris's ``allocate(num_elements, dtype)``
+        takes it: the tensor is then one-dimensional.
+
+        Example:
+            >>> flat = heap.allocate(1024, torch.float32)        # upstream's form
+            >>> tile = heap.allocate((32, 32), torch.float32)
+        """
+        if isinstance(shape, int):
+            shape = (shape,)
         if self._closed:
             raise RuntimeError("iris: the symmetric heap was closed")
         nbytes = _nbytes(shape, dtype)

@@ -21,16 +21,50 @@ from .copy_engine import CopyEngine
 from .device.barrier import device_barrier_kernel
 from .device.context import HEADER_SLOTS, context_length
 from .distributed import init_distributed
+from .errors import InvalidArgumentError
 from .group_slots import GroupSlots
 from .hang import Hang
 from .heap import SymmetricHeap
 from .log import DEBUG, ERROR, INFO, WARNING, log_with_rank
 from .prepared import PreparedLaunch
-from .tensors import TensorFactory, fill_random, full_dtype, normalize_size
+from .tensors import TensorFactory, fill_random, full_dtype, normalize_size, normalize_steps
 from .tracing import Tracing
 
 #: Device-barrier groups that can be live at once (slot 0 is the whole world).
 BARRIER_SLOTS = 64
+
+
+class DeviceName(str):
+    """A device as upstream Iris names it (``"cuda:0"``; ``"cpu"`` under emulation).
+
+    A ``str``, so upstream code that formats or compares it keeps working, that also
+    has ``torch.device``'s ``type`` and ``index`` and compares equal to the
+    ``torch.device`` it names.
+
+    Example:
+        >>> ctx.device, ctx.device.index, ctx.device == torch.device("cuda:0")
+        ('cuda:0', 0, True)
+    """
+
+    __slots__ = ()
+
+    @property
+    def type(self) -> str:
+        return torch.device(str(self)).type
+
+    @property
+    def index(self) -> int | None:
+        return torch.device(str(self)).index
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, torch.device):
+            return torch.device(str(self)) == other
+        return str.__eq__(self, other)
+
+    def __ne__(self, other) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
 
 
 class Iris:
@@ -57,8 +91,11 @@ class Iris:
         self._comm = init_distributed(self.backend.dist_backend)
         self.cur_rank = self._comm.rank
         self.num_ranks = self._comm.world_size
-        self.device = self.backend.select_device(self._comm.local_rank, self._comm.local_world_size)
-        self.gpu_id = self.device.index if self.device.index is not None else 0
+        device = self.backend.select_device(self._comm.local_rank, self._comm.local_world_size)
+        #: This rank's device as upstream Iris gives it, the string ``"cuda:N"`` (see
+        #: :class:`DeviceName`); :meth:`get_device` gives the ``torch.device``.
+        self.device = DeviceName(device)
+        self.gpu_id = device.index if device.index is not None else 0
         self.heap_size = heap_size
         #: Whether other ranks of this job run on this rank's GPU too (``IRIS_RANKS_PER_GPU``):
         #: right for correctness runs and traces, never for timings.
@@ -66,9 +103,9 @@ class Iris:
         # Iris's own state lives in the heap's reserved region, the same on every rank:
         # the device barrier's arrivals (here), the collectives' flags (ccl.Runtime).
         barrier_piece = ((BARRIER_SLOTS, self.num_ranks), torch.int64)
-        flag_piece = Runtime.flag_piece(self.num_ranks, self.backend.multiprocessor_count(self.device))
+        flag_piece = Runtime.flag_piece(self.num_ranks, self.backend.multiprocessor_count(device))
         reserved = SymmetricHeap.footprint([barrier_piece, flag_piece])
-        self.heap = SymmetricHeap(heap_size, self.backend, self._comm, self.device, reserved)
+        self.heap = SymmetricHeap(heap_size, self.backend, self._comm, device, reserved)
         self._tensors = TensorFactory(self.heap, self.backend.accepts_device)
         self._barrier_arrivals = self.heap.reserve(*barrier_piece)
         self._barrier_slots = GroupSlots(
@@ -83,7 +120,7 @@ class Iris:
         # The heap size slot bounds IRIS_DEBUG's pointer checks: the whole mapping, reserved region included.
         context = [self.cur_rank, self.num_ranks, *self.heap.bases, self.heap.mapped_size]
         context += [0] * (context_length(self.num_ranks) - len(context))
-        self._device_context = torch.tensor(context, dtype=torch.int64, device=self.device)
+        self._device_context = torch.tensor(context, dtype=torch.int64, device=device)
         self.heap_bases = self._device_context[HEADER_SLOTS : HEADER_SLOTS + self.num_ranks].view(
             torch.uint64
         )
@@ -137,7 +174,7 @@ class Iris:
         Example:
             >>> grid = (ctx.get_cu_count(),)
         """
-        return self.backend.multiprocessor_count(self.device)
+        return self.backend.multiprocessor_count(self.heap.device)
 
     def get_heap_bases(self) -> torch.Tensor:
         """uint64 tensor of every rank's heap base as mapped here; pass it to device ops.
@@ -173,6 +210,39 @@ class Iris:
             True
         """
         return self.heap.contains(tensor)
+
+    def as_symmetric(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` as a symmetric-heap tensor that peers can reach.
+
+        A tensor already on the heap is returned as it is. Upstream Iris's ``vmem``
+        allocator can also map an outside tensor's memory into the heap; no backend
+        here can (the heap is one shareable allocation, mapped whole into every
+        peer), so an outside tensor raises ``RuntimeError``, as upstream's default
+        allocator does: allocate on the heap and copy instead.
+
+        Args:
+            tensor (torch.Tensor): the tensor to share.
+
+        Returns:
+            torch.Tensor: ``tensor`` itself, when it lies on this rank's heap.
+
+        Raises:
+            RuntimeError: ``tensor`` lies outside the heap.
+
+        Example:
+            >>> weights = ctx.empty_like(model_weights).copy_(model_weights)
+            >>> ctx.as_symmetric(weights) is weights
+            True
+        """
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"iris: as_symmetric takes a torch.Tensor, got {type(tensor).__name__}")
+        if self.heap.contains(tensor):
+            return tensor
+        raise RuntimeError(
+            "iris: as_symmetric cannot map memory allocated outside the symmetric heap into it on "
+            f"the {config.BACKEND} backend; allocate on the heap and copy: "
+            "ctx.empty_like(tensor).copy_(tensor)"
+        )
 
     @property
     def ops(self):
@@ -325,6 +395,11 @@ class Iris:
         """
         if end is None:
             start, end = 0, start
+        if step == 0:
+            raise InvalidArgumentError("iris: arange step must be non-zero")
+        if (end - start) * step <= 0:
+            # torch returns an empty tensor here; upstream Iris refuses, and so does Iris.
+            raise InvalidArgumentError(f"iris: arange({start}, {end}, {step}) is an empty range")
         values = torch.arange(start, end, step, dtype=dtype, device=self.heap.device)
         return self._tensors.copy_of(
             values, out=out, layout=layout, device=device, requires_grad=requires_grad
@@ -347,6 +422,7 @@ class Iris:
         Example:
             >>> ctx.linspace(0, 1, 5)   # [0.00, 0.25, 0.50, 0.75, 1.00]
         """
+        steps = normalize_steps(steps)
         values = torch.linspace(start, end, steps, dtype=dtype, device=self.heap.device)
         return self._tensors.copy_of(
             values, out=out, layout=layout, device=device, requires_grad=requires_grad
@@ -430,7 +506,7 @@ class Iris:
                 f"iris: randint expects (high, size) or (low, high, size), got {len(args)} arguments"
             )
         if low >= high:
-            raise ValueError(f"iris: randint needs low < high, got low={low}, high={high}")
+            raise InvalidArgumentError(f"iris: randint needs low < high, got low={low}, high={high}")
         return self._tensors.filled(
             normalize_size((size,)),
             torch.int64 if dtype is None else dtype,
@@ -561,7 +637,7 @@ class Iris:
         recorder = self.hang.recorder
         recorder.set_phase(fmt.PHASE_BARRIER)
         try:
-            self.hang.guard(self.backend.synchronize, self.device, stream)
+            self.hang.guard(self.backend.synchronize, self.heap.device, stream)
             self._comm.barrier(group)
         finally:
             recorder.set_phase(fmt.PHASE_RUNNING)
@@ -609,7 +685,7 @@ class Iris:
                 (
                     self._barrier_arrivals[self._barrier_slots.slot(members)],
                     self.get_heap_bases(),
-                    torch.tensor(members, dtype=torch.int32, device=self.device),
+                    torch.tensor(members, dtype=torch.int32, device=self.heap.device),
                     self.cur_rank,
                 ),
                 {"GROUP": len(members), "num_warps": 1},

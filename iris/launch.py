@@ -33,6 +33,20 @@ def rank_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
     }
 
 
+def backend_environment() -> dict[str, str]:
+    """The variables that give a rank process this process's backend from its first import.
+
+    Under emulation that includes ``TRITON_INTERPRET=1``, so a rank's kernels are
+    interpreted even where its script imports Triton before ``iris``.
+    """
+    from .config import BACKEND
+
+    env = {"IRIS_BACKEND": BACKEND}
+    if BACKEND == "emulated":
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
 def _run_rank(rank: int, fn, world_size: int, port: int, args: tuple) -> None:
     os.environ.update(rank_environment(rank, world_size, port))
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 DEBUG = logging.DEBUG
 INFO = logging.INFO
@@ -12,18 +13,33 @@ ERROR = logging.ERROR
 logger = logging.getLogger("iris")
 
 
-class _RankFormatter(logging.Formatter):
+class IrisFormatter(logging.Formatter):
+    """Upstream Iris's record format: ``12:00:01 INFO  [Iris] [0/4] message``.
+
+    ``[rank/world]`` shows ``?`` for records logged without a rank.
+
+    Example:
+        >>> handler.setFormatter(iris.log.IrisFormatter())
+    """
+
     def format(self, record: logging.LogRecord) -> str:
-        rank = getattr(record, "iris_rank", None)
-        where = f"[{rank}/{record.iris_num_ranks}] " if rank is not None else ""
-        return f"[Iris] {where}{record.getMessage()}"
+        rank = getattr(record, "iris_rank", "?")
+        num_ranks = getattr(record, "iris_num_ranks", "?")
+        stamp = self.formatTime(record, "%H:%M:%S")
+        return f"{stamp} {record.levelname:<5s} [Iris] [{rank}/{num_ranks}] {record.getMessage()}"
+
+
+def _level_from_environment(default: int) -> int:
+    name = os.environ.get("IRIS_LOG_LEVEL", "").strip().upper()
+    return getattr(logging, name) if name in ("DEBUG", "INFO", "WARNING", "ERROR") else default
 
 
 if not logger.handlers:
     _handler = logging.StreamHandler()
-    _handler.setFormatter(_RankFormatter())
+    _handler.setFormatter(IrisFormatter())
     logger.addHandler(_handler)
-    logger.setLevel(logging.WARNING)
+    # Upstream's default: INFO, or IRIS_LOG_LEVEL.
+    logger.setLevel(_level_from_environment(logging.INFO))
     logger.propagate = False
 
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from .launch import free_port, rank_environment
+from .launch import backend_environment, free_port, rank_environment
 
 
 def launch(script: str, script_args: list[str], nprocs: int, timeout: float | None) -> int:
@@ -22,7 +22,7 @@ def launch(script: str, script_args: list[str], nprocs: int, timeout: float | No
     port = free_port()
     procs = []
     for rank in range(nprocs):
-        env = {**os.environ, **rank_environment(rank, nprocs, port)}
+        env = {**os.environ, **backend_environment(), **rank_environment(rank, nprocs, port)}
         procs.append(subprocess.Popen([sys.executable, script, *script_args], env=env))
     # A launcher killed by ``timeout`` or Ctrl-C must not leave its ranks running.
     for signum in (signal.SIGTERM, signal.SIGINT):

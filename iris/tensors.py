@@ -6,10 +6,12 @@ own in-place ops, so values (random streams included) match what torch gives.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
 
+from .errors import InvalidArgumentError
 from .heap import SymmetricHeap
 
 #: dtypes a Triton kernel can read and write; anything else is refused up front.
@@ -30,13 +32,23 @@ SUPPORTED_DTYPES = frozenset(
         torch.float64,
         torch.float8_e4m3fn,
         torch.float8_e5m2,
+        # Complex tensors are stored as they are; kernels see them through torch.view_as_real.
+        torch.complex64,
+        torch.complex128,
     }
 )
 
+#: Memory formats a heap tensor can take: the rank of tensor each needs and the
+#: dimension order in memory (slowest first), as torch lays them out.
+_MEMORY_ORDERS = {
+    torch.channels_last: (4, (0, 2, 3, 1)),
+    torch.channels_last_3d: (5, (0, 2, 3, 4, 1)),
+}
+
 
 def normalize_size(size: Sequence) -> tuple[int, ...]:
-    """Accept ``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])`` and ``f(torch.Size([2, 3]))``."""
-    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+    """Accept ``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])``, ``f(((2, 3),))`` and ``f(torch.Size([2, 3]))``."""
+    while len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
         size = tuple(size[0])
     dims = []
     for dim in size:
@@ -46,6 +58,42 @@ def normalize_size(size: Sequence) -> tuple[int, ...]:
             raise ValueError(f"iris: tensor sizes must be non-negative, got {tuple(size)}")
         dims.append(int(dim))
     return tuple(dims)
+
+
+def normalize_steps(steps) -> int:
+    """``linspace``'s ``steps`` as an int: ``5``, ``(5,)`` or ``[5]`` (upstream Iris accepts all three)."""
+    while isinstance(steps, (tuple, list, torch.Size)):
+        if len(steps) != 1:
+            raise InvalidArgumentError(f"iris: linspace steps must be one number, got {steps!r}")
+        steps = steps[0]
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise InvalidArgumentError(f"iris: linspace steps must be a non-negative int, got {steps!r}")
+    return steps
+
+
+def memory_format_of(tensor: torch.Tensor):
+    """The memory format ``torch.preserve_format`` keeps for ``tensor`` on the heap."""
+    for memory_format, (ndim, _) in _MEMORY_ORDERS.items():
+        if (
+            tensor.dim() == ndim
+            and not tensor.is_contiguous()
+            and tensor.is_contiguous(memory_format=memory_format)
+        ):
+            return memory_format
+    return torch.contiguous_format
+
+
+def _in_memory_format(flat: torch.Tensor, size: tuple[int, ...], memory_format) -> torch.Tensor:
+    """A view of the contiguous heap bytes ``flat`` with ``size`` laid out as ``memory_format``."""
+    if memory_format in (torch.contiguous_format, torch.preserve_format):
+        return flat.view(size)
+    if memory_format not in _MEMORY_ORDERS:
+        raise InvalidArgumentError(f"iris: memory_format={memory_format} is not supported on the heap")
+    ndim, order = _MEMORY_ORDERS[memory_format]
+    if len(size) != ndim:
+        raise InvalidArgumentError(f"iris: memory_format={memory_format} needs a {ndim}-d size, got {size}")
+    stored = flat.view(tuple(size[d] for d in order))
+    return stored.permute(*(order.index(d) for d in range(ndim)))
 
 
 def check_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -70,7 +118,7 @@ class TensorFactory:
             return
         requested = torch.device(device)
         if not self._accepts_device(requested, self.heap.device):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"iris: device={device!s} does not match this rank's heap device {self.heap.device}"
             )
 
@@ -85,26 +133,31 @@ class TensorFactory:
         requires_grad: bool = False,
         memory_format=torch.contiguous_format,
     ) -> torch.Tensor:
-        """Allocate (or validate ``out`` as) a heap tensor; the caller fills it."""
+        """Allocate (or validate ``out`` as) a heap tensor; the caller fills it.
+
+        ``out`` must be a heap tensor of ``dtype`` with as many elements as ``size``;
+        the result is ``out`` itself, or ``out`` viewed as ``size`` when its shape
+        differs (upstream Iris's rule).
+        """
         if layout != torch.strided:
             raise ValueError(f"iris: only torch.strided tensors live on the heap, got layout={layout}")
-        if memory_format not in (torch.contiguous_format, torch.preserve_format):
-            raise ValueError(
-                f"iris: heap tensors are contiguous; memory_format={memory_format} is not supported"
-            )
         self._check_device(device)
         dtype = check_dtype(torch.get_default_dtype() if dtype is None else dtype)
         if out is not None:
             if not self.heap.contains(out):
-                raise ValueError("iris: out= must be a tensor allocated on the symmetric heap")
-            if tuple(out.shape) != tuple(size) or out.dtype != dtype:
-                raise ValueError(
-                    f"iris: out= has shape {tuple(out.shape)} and dtype {out.dtype}, "
-                    f"expected {tuple(size)} and {dtype} (heap tensors cannot be resized)"
+                raise InvalidArgumentError("iris: out= must be a tensor allocated on the symmetric heap")
+            if out.numel() != math.prod(size) or out.dtype != dtype:
+                raise InvalidArgumentError(
+                    f"iris: out= has {out.numel()} elements of {out.dtype}, "
+                    f"expected {math.prod(size)} of {dtype} for size {tuple(size)} "
+                    "(heap tensors cannot be resized)"
                 )
-            tensor = out
+            if memory_format not in (torch.contiguous_format, torch.preserve_format):
+                raise InvalidArgumentError("iris: out= and memory_format= cannot be combined")
+            # torch returns out= itself; one of another shape is viewed as the size (upstream).
+            tensor = out if tuple(out.shape) == tuple(size) else out.view(size)
         else:
-            tensor = self.heap.allocate(size, dtype)
+            tensor = _in_memory_format(self.heap.allocate(math.prod(size), dtype), tuple(size), memory_format)
         if requires_grad:
             tensor.requires_grad_(True)
         return tensor
@@ -128,6 +181,8 @@ class TensorFactory:
         if not isinstance(input, torch.Tensor):
             raise TypeError(f"iris: input must be a torch.Tensor, got {type(input).__name__}")
         dtype = input.dtype if dtype is None else dtype
+        if kwargs.get("memory_format") == torch.preserve_format:
+            kwargs["memory_format"] = memory_format_of(input)
         return self.filled(tuple(input.shape), dtype, fill, device=device, **kwargs)
 
 

@@ -112,7 +112,7 @@ class Tracing:
             >>> (ev["event_id"] == 4).sum()   # puts
         """
         self._require_buffers()
-        self._ctx.backend.synchronize(self._ctx.device)
+        self._ctx.backend.synchronize(self._ctx.get_device())
         counts = self._counters.view(self._regions, COUNTER_STRIDE)[:, 0].cpu().numpy()
         return decode_records(self._records.cpu().numpy(), counts, self._capacity)
 
@@ -123,7 +123,7 @@ class Tracing:
             >>> assert ctx.tracing.dropped() == 0
         """
         self._require_buffers()
-        self._ctx.backend.synchronize(self._ctx.device)
+        self._ctx.backend.synchronize(self._ctx.get_device())
         return int(self._dropped.view(self._regions, COUNTER_STRIDE)[:, 0].sum().item())
 
     def collect(self, directory: str | None = None):
@@ -197,7 +197,7 @@ class Tracing:
         ctx, rounds = self._ctx, self._sync_rounds
         rank, world = ctx.cur_rank, ctx.num_ranks
         samples = np.zeros((world, rounds, 4), dtype=np.int64)
-        stamps = torch.zeros(rounds * 4, dtype=torch.int64, device=ctx.device)
+        stamps = torch.zeros(rounds * 4, dtype=torch.int64, device=ctx.get_device())
         for peer in range(1, world):
             self._ping.zero_()
             self._pong.zero_()
@@ -228,10 +228,10 @@ class Tracing:
             sync_enable=self._sync_enable,
             sync_collect=sync_collect,
             dropped=self.dropped(),
-            device=ctx.backend.device_name(ctx.device),
+            device=ctx.backend.device_name(ctx.get_device()),
             heap_size=ctx.heap_size,
             num_sms=self._regions,
             scope_names=dict(self.scope_names),
             command=" ".join(sys.argv),
-            clock_domain=ctx.backend.clock_domain(ctx.device),
+            clock_domain=ctx.backend.clock_domain(ctx.get_device()),
         )

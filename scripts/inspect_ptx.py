@@ -87,6 +87,31 @@ def context_kernel(context, buf, n, rank: tl.constexpr, world_size: tl.constexpr
 
 
 @triton.jit
+def tile_collectives_kernel(
+    context, inp, partial, out, locks, M, N, rank: tl.constexpr, world_size: tl.constexpr, BLOCK: tl.constexpr
+):
+    # Every in-kernel tile collective on one 64 x 64 fp32 tile (upstream Iris's DeviceContext methods).
+    ctx = iris.DeviceContext.initialize(context, rank, world_size)
+    view = iris.TileView(tl.program_id(0) // 4, tl.program_id(0) % 4, BLOCK, BLOCK)
+    src_view = iris.make_tensor_view(partial, M, N, N, 1)
+    dst_view = iris.make_tensor_view(out, M, N, N, 1)
+    data = ctx.gather(view, iris.make_tensor_view(inp, M, N, N, 1), (rank + 1) % world_size)
+    tile = iris.Tile(view.pid_m, view.pid_n, BLOCK, BLOCK, data)
+    ctx.all_reduce_atomic(tile, dst_view)
+    ctx.all_reduce_spinlock(tile, dst_view, locks)
+    ctx.all_reduce_one_shot(tile, src_view, dst_view, locks)
+    ctx.all_reduce_two_shot(tile, src_view, dst_view, locks)
+    ctx.reduce_scatter(tile, src_view, dst_view, locks)
+    ctx.all_gather(tile, dst_view, 0)
+    ctx.all_to_all(view, src_view, dst_view, 32)
+
+
+@triton.jit
+def wait_remote_kernel(flag, peer, heap_bases):
+    iris.wait_until(flag, "eq", 1, heap_bases=heap_bases, from_rank=peer)
+
+
+@triton.jit
 def wait_plain_kernel(flag):
     iris.wait_until(flag, "ge", 1)
 
@@ -129,6 +154,21 @@ KERNELS = {
         {"rank": 0, "world_size": 2, "BLOCK": 1024},
     ),
     "flags": (flag_kernel, {"flag": "*i32", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"}, {}),
+    "tile_collectives": (
+        tile_collectives_kernel,
+        {
+            "context": "*i64",
+            "inp": "*fp32",
+            "partial": "*fp32",
+            "out": "*fp32",
+            "locks": "*i32",
+            "M": "i32",
+            "N": "i32",
+        },
+        {"rank": 0, "world_size": 2, "BLOCK": 64},
+        range(7),  # tensors 16-byte aligned, M and N multiples of 16: a typical launch
+    ),
+    "wait_remote": (wait_remote_kernel, {"flag": "*i32", "peer": "i32", "heap_bases": "*u64"}, {}),
     "wait_plain": (wait_plain_kernel, {"flag": "*i32"}, {}),
     "wait_timed": (wait_timed_kernel, {"flag": "*i32", "heap_bases": "*u64"}, {}),
     "flags64": (flag_kernel, {"flag": "*i64", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"}, {}),
@@ -137,10 +177,10 @@ KERNELS = {
 
 def compile_ptx(name: str) -> str:
     """PTX of one of :data:`KERNELS` for sm_90."""
-    kernel, signature, constexprs = KERNELS[name]
+    kernel, signature, constexprs, *aligned = KERNELS[name]
     signature = {**signature, **{key: "constexpr" for key in constexprs}}
     # Pointers 16-byte aligned and n a multiple of 16, as Triton specialises typical launches.
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in (aligned[0] if aligned else range(3))}
     source = ASTSource(kernel, signature, constexprs, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
 

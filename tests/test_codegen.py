@@ -54,6 +54,18 @@ def test_device_context_compiles_for_hopper(ptx_report):
     assert "atom.global.sys" in ptx_report["context"] and "ld.acquire.sys" in ptx_report["context"]
 
 
+def test_tile_collectives_compile_for_hopper_with_vector_accesses(ptx_report):
+    tiles = ptx_report["tile_collectives"]
+    assert "ld.global.v4.b32" in tiles and "st.global.v4.b32" in tiles, tiles
+    assert "atom.global.acquire.sys.cas" in tiles  # the spinlock's acquire
+    assert "ld.acquire.sys.global.b32" in tiles  # the ready locks' waits
+
+
+def test_wait_on_a_peer_flag_polls_the_peer_copy_with_a_timeout(ptx_report):
+    remote = ptx_report["wait_remote"]
+    assert "ld.acquire.sys.global.b32" in remote and "'%globaltimer'" in remote
+
+
 def test_tracing_compiled_out_is_the_same_code_as_no_tracing(ptx_report):
     assert ptx_report["untraced_put_equals_reference"] == "True"
 

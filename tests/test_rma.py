@@ -64,6 +64,15 @@ def get_kernel(source, rows, n, row_stride, cur_rank, heap_bases, BLOCK: tl.cons
 
 
 @triton.jit
+def get_upstream_order_kernel(source, rows, n, row_stride, cur_rank, heap_bases, BLOCK: tl.constexpr):
+    # Upstream Iris's programs pass (cur_rank, peer): the data still comes from the peer.
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    owner = tl.program_id(1)
+    mask = offsets < n
+    iris.get(source + offsets, rows + owner * row_stride + offsets, cur_rank, owner, heap_bases, mask=mask)
+
+
+@triton.jit
 def put_kernel(source, rows, n, row_stride, cur_rank, heap_bases, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     target = tl.program_id(1)
@@ -164,7 +173,9 @@ def _setup(ctx, rank, world_size, dtype, salt):
 
 def _pull_body(rank, world_size, kernel_name, dtype_name):
     dtype = getattr(torch, dtype_name)
-    kernel = {"load": load_kernel, "get": get_kernel}[kernel_name]
+    kernel = {"load": load_kernel, "get": get_kernel, "get_upstream_order": get_upstream_order_kernel}[
+        kernel_name
+    ]
     with iris.iris(1 << 22) as ctx:
         source, rows = _setup(ctx, rank, world_size, dtype, salt=1)
         grid = (triton.cdiv(N, BLOCK), world_size)
@@ -218,6 +229,10 @@ def _load_other_body(rank, world_size):
 @pytest.mark.parametrize("op", ["load", "get"])
 def test_pull_ops_read_every_rank(world, op, dtype):
     world.run(_pull_body, op, str(dtype).split(".")[1])
+
+
+def test_get_reads_the_peer_in_either_rank_order(world):
+    world.run(_pull_body, "get_upstream_order", "float32")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -1,22 +1,40 @@
-"""A fix for the Triton interpreter under NumPy >= 2.4, applied by the emulation backend.
+"""Fixes to the Triton interpreter, applied by the emulation backend at ``import iris``.
 
-The interpreter stores scalars as one-element arrays and converts them with
-``int(array)``, which NumPy 2.4 turned into an error; ``for i in range(n)`` with
-a runtime ``n`` then fails. This re-installs ``tensor.__index__`` with an
-explicit element read. It changes nothing where the original already works.
+Each fix changes nothing where the interpreter already works:
+
+- **NumPy >= 2.4.** The interpreter stores scalars as one-element arrays and
+  converts them with ``int(array)``, which NumPy 2.4 turned into an error;
+  ``for i in range(n)`` with a runtime ``n`` then fails. ``tensor.__index__`` is
+  re-installed with an explicit element read.
+- **Import order.** ``@triton.jit`` picks the interpreter only if
+  ``TRITON_INTERPRET`` is set when it runs. A program that imports Triton (or
+  defines kernels) before ``import iris`` holds compiled-mode ``JITFunction``
+  objects, Triton's own ``tl.min``/``tl.max``/``tl.sum`` among them, and calling
+  one raises "Cannot call @triton.jit'd outside of the scope of a kernel" or
+  looks for a GPU driver. Under emulation a ``JITFunction`` runs through an
+  ``InterpretedFunction`` of the same Python function, so kernels behave the
+  same whatever the import order (``iris.run`` also sets the variable in its
+  ranks' environment, so there nothing needs converting).
+- **bf16 constants.** ``tl.full(..., tl.bfloat16)`` asks the builder for
+  ``get_bf16``, which the interpreter lacks; bf16 values are stored as their
+  upper 16 bits (``uint16``), rounded to nearest even.
+- **Floating-point exchange.** The interpreter's ``atomic_xchg`` accepts only
+  integers; an exchange moves bits, so 32- and 64-bit floats go through the
+  integer of their width.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from triton.runtime import interpreter as _interpreter
+from triton.runtime import jit as _jit
 
 
 def _index(tensor) -> int:
     return int(tensor.handle.data.reshape(-1)[0])
 
 
-def apply() -> None:
-    """Install the fix once per process."""
+def _patch_numpy_index() -> None:
     original = _interpreter._patch_lang_tensor
     if getattr(original, "_iris_fixed", False):
         return
@@ -27,3 +45,80 @@ def apply() -> None:
 
     patch_lang_tensor._iris_fixed = True
     _interpreter._patch_lang_tensor = patch_lang_tensor
+
+
+def _interpreted(jit_function):
+    """The ``InterpretedFunction`` of a compiled-mode ``JITFunction``, made once."""
+    interpreted = jit_function.__dict__.get("_iris_interpreted")
+    if interpreted is None:
+        interpreted = _interpreter.InterpretedFunction(jit_function.fn)
+        jit_function.__dict__["_iris_interpreted"] = interpreted
+    return interpreted
+
+
+def _patch_jit_functions() -> None:
+    cls = _jit.JITFunction
+    if getattr(cls, "_iris_interprets", False):
+        return
+
+    def run(self, *args, grid, warmup, **kwargs):
+        return _interpreted(self).run(*args, grid=grid, warmup=warmup, **kwargs)
+
+    def call(self, *args, **kwargs):
+        return _interpreted(self)(*args, **kwargs)
+
+    def bind(self, instance, owner=None):
+        # Methods of an aggregate defined before ``import iris`` are JITFunctions
+        # stored on the class; the interpreter calls them as plain Python methods.
+        if instance is None:
+            return self
+        return lambda *args, **kwargs: call(self, instance, *args, **kwargs)
+
+    cls.run = run
+    cls.__call__ = call
+    cls.__get__ = bind
+    cls._iris_interprets = True
+
+
+def _bf16_bits(value) -> np.ndarray:
+    bits = np.array([value], dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16)
+
+
+def _patch_bf16_constants() -> None:
+    builder = _interpreter.InterpreterBuilder
+    if hasattr(builder, "get_bf16"):
+        return
+    import triton.language as tl
+
+    builder.get_bf16 = lambda self, value: _interpreter.TensorHandle(_bf16_bits(value), tl.bfloat16)
+
+
+def _patch_float_exchange() -> None:
+    builder = _interpreter.InterpreterBuilder
+    original = builder.create_atomic_rmw
+    if getattr(original, "_iris_fixed", False):
+        return
+    from triton._C.libtriton import ir
+
+    integer_of = {np.dtype(np.float32): np.int32, np.dtype(np.float64): np.int64}
+
+    def create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope):
+        as_integer = integer_of.get(val.data.dtype)
+        if rmw_op != ir.ATOMIC_OP.XCHG or as_integer is None:
+            return original(self, rmw_op, ptr, val, mask, sem, scope)
+        bits = _interpreter.TensorHandle(val.data.view(as_integer), val.dtype)
+        old = original(self, rmw_op, ptr, bits, mask, sem, scope)
+        return _interpreter.TensorHandle(old.data.view(val.data.dtype), old.dtype)
+
+    create_atomic_rmw._iris_fixed = True
+    builder.create_atomic_rmw = create_atomic_rmw
+
+
+def apply() -> None:
+    """Install every fix once per process."""
+    _patch_numpy_index()
+    _patch_jit_functions()
+    _patch_bf16_constants()
+    _patch_float_exchange()

@@ -75,7 +75,7 @@ class CCL:
         self._runtime = Runtime(ctx)
 
     def _done(self, async_op: bool):
-        return Work(self._ctx.device) if async_op else None
+        return Work(self._ctx.get_device()) if async_op else None
 
     def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """Concatenate every member's ``input_tensor`` into ``output_tensor`` (``group_size * M`` rows).

@@ -149,7 +149,7 @@ def ring_kernel(
             elif s < GROUP:
                 partial = rma.load(out + offsets, cur_rank, prev, heap_bases, mask=mask)
                 mine = tl.load(inp + offsets, mask=mask)
-                total = ccl.combine(ccl._accumulator(partial), ccl._accumulator(mine), OP)
+                total = ccl.combine(ccl.accumulator(partial), ccl.accumulator(mine), OP)
                 tl.store(out + offsets, total.to(out.dtype.element_ty), mask=mask)
             else:
                 tl.store(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 ALL_REDUCE_VARIANTS = ("auto", "one_shot", "two_shot", "ring", "atomic")
 #: How data crosses between ranks (``Config.protocol``).
@@ -38,7 +38,7 @@ class ReduceOp(enum.Enum):
             ) from None
 
 
-@dataclass(frozen=True)
+@dataclass
 class Config:
     """Launch parameters of the collectives; the defaults suit H100/H200 over NVLink.
 
@@ -74,6 +74,11 @@ class Config:
             uses :data:`iris.ccl.runtime.LOW_LATENCY_AUTO_BYTES`.
         all_reduce_distribution (int): accepted for Iris compatibility; unused.
         reduce_scatter_variant (str): accepted for Iris compatibility (``"two_shot"``).
+        all_gather_variant (str): accepted for Iris compatibility (``"persistent"`` or
+            ``"partitioned"``); ``protocol`` chooses how all_gather runs here.
+
+    Fields may be set after construction, as upstream's tests do; each change is
+    checked like the constructor's arguments (a bad value raises and is not kept).
 
     Example:
         >>> from iris.ccl import Config
@@ -91,8 +96,29 @@ class Config:
     low_latency_max_bytes: int | None = None
     all_reduce_distribution: int = 0
     reduce_scatter_variant: str = "two_shot"
+    all_gather_variant: str = "persistent"
 
     def __post_init__(self):
+        self._validate()
+        object.__setattr__(self, "_checked", True)
+
+    def __setattr__(self, name, value):
+        if not getattr(self, "_checked", False):
+            object.__setattr__(self, name, value)
+            return
+        old = getattr(self, name)
+        object.__setattr__(self, name, value)
+        try:
+            self._validate()
+        except ValueError:
+            object.__setattr__(self, name, old)
+            raise
+
+    def key(self) -> tuple:
+        """The field values, for caches: a later change to the object makes a new key."""
+        return astuple(self)
+
+    def _validate(self) -> None:
         for name in ("block_size_m", "block_size_n", "num_warps"):
             _check_power_of_two(name, getattr(self, name))
         if self.block_size is not None:
@@ -111,6 +137,11 @@ class Config:
         if self.low_latency_max_bytes is not None and self.low_latency_max_bytes < 0:
             raise ValueError(
                 f"iris.ccl.Config: low_latency_max_bytes must be at least 0, got {self.low_latency_max_bytes}"
+            )
+        if self.all_gather_variant not in ("persistent", "partitioned"):
+            raise ValueError(
+                "iris.ccl.Config: all_gather_variant must be 'persistent' or 'partitioned', "
+                f"got {self.all_gather_variant!r}"
             )
         if self.reduce_scatter_variant not in ("two_shot", "auto"):
             raise ValueError(

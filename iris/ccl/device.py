@@ -39,7 +39,7 @@ from ..device import rma
 from ..device.barrier import arrive, wait_arrivals
 
 __all__ = [
-    "arrive", "wait_arrivals", "sync_row", "push_tile", "combine", "reduce_tile", "flag_row",
+    "arrive", "wait_arrivals", "sync_row", "push_tile", "combine", "accumulator", "reduce_tile", "flag_row",
     "READY", "DONE", "STEPS", "ARRIVED", "LANDED", "RANK_ARGS",
 ]  # fmt: skip
 
@@ -117,15 +117,16 @@ def reduce_tile(
         >>> tl.store(out + offs, total.to(out.dtype.element_ty), mask=offs < n)
     """
     # Issue every member's load before combining so the remote reads overlap.
-    acc = _accumulator(rma.load(src, cur_rank, tl.load(ranks + my_index), heap_bases, mask=mask))
+    acc = accumulator(rma.load(src, cur_rank, tl.load(ranks + my_index), heap_bases, mask=mask))
     for i in tl.static_range(1, GROUP):
         peer = tl.load(ranks + (my_index + i) % GROUP)
-        acc = combine(acc, _accumulator(rma.load(src, cur_rank, peer, heap_bases, mask=mask)), OP)
+        acc = combine(acc, accumulator(rma.load(src, cur_rank, peer, heap_bases, mask=mask)), OP)
     return acc
 
 
 @triton.jit
-def _accumulator(values):
+def accumulator(values):
+    """``values`` in the type a reduction accumulates them in: fp32 for floats, else their own."""
     if values.dtype.is_floating():
         result = values.to(tl.float32)
     else:

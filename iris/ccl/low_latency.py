@@ -101,7 +101,7 @@ def _lanes(payload, DTYPE: tl.constexpr):
         low = (payload & 0xFFFF).to(tl.int16).to(DTYPE, bitcast=True).to(tl.float32)
         high = ((payload >> 16) & 0xFFFF).to(tl.int16).to(DTYPE, bitcast=True).to(tl.float32)
     else:
-        low = ccl._accumulator(payload.to(DTYPE, bitcast=True))
+        low = ccl.accumulator(payload.to(DTYPE, bitcast=True))
         high = low
     return low, high
 

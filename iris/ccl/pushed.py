@@ -143,10 +143,10 @@ def pushed_kernel(
         for r in tl.static_range(ROUND):
             column = first + r * programs
             own, mask = _tile(column, my_index, n, lanes, MODE, GROUP, BLOCK)
-            total = ccl._accumulator(tl.load(inp + own, mask=mask))
+            total = ccl.accumulator(tl.load(inp + own, mask=mask))
             for i in tl.static_range(1, GROUP):
                 sent = tl.load(half + (r * SENDERS + i - 1) * BLOCK + lanes, mask=mask)
-                total = ccl.combine(total, ccl._accumulator(sent), OP)
+                total = ccl.combine(total, ccl.accumulator(sent), OP)
             # 3. the result: into every member's output (all_reduce) or our own.
             result = total.to(out.dtype.element_ty)
             if MODE == "all_reduce":

@@ -93,7 +93,7 @@ class Runtime:
         self._push_slots: torch.Tensor | None = None
         #: Calls of the staged and low-latency protocols so far, and programs done with the
         #: current one: both protocols take turns on their halves by this one count.
-        self.protocol_calls = torch.zeros(2, dtype=torch.int32, device=ctx.device)
+        self.protocol_calls = torch.zeros(2, dtype=torch.int32, device=ctx.get_device())
 
     @staticmethod
     def flag_piece(world_size: int, max_programs: int) -> tuple[tuple[int, ...], torch.dtype]:
@@ -242,7 +242,7 @@ class Runtime:
             members = self.ctx._group_members(process_group)
             state = Group(
                 members=members,
-                ranks=torch.tensor(members, dtype=torch.int32, device=self.ctx.device),
+                ranks=torch.tensor(members, dtype=torch.int32, device=self.ctx.get_device()),
                 my_index=members.index(self.ctx.cur_rank),
                 flags=self.flags[self._slots.slot(members)],
                 process_group=process_group,
@@ -266,7 +266,7 @@ class Runtime:
 
     def key(self, name: str, state: Group, config, *parts) -> tuple:
         """The launch-cache key of a call (tracing on or off compiles different kernels)."""
-        return (name, state.members, config, self.ctx.tracing.enabled, *parts)
+        return (name, state.members, config.key(), self.ctx.tracing.enabled, *parts)
 
     def programs(self, tiles: int, config) -> int:
         """How many programs a launch over ``tiles`` tiles uses."""
@@ -380,8 +380,8 @@ def check_tensor(errors: list[str], ctx, tensor, name: str, dtypes, on_heap: boo
         errors.append(
             f"{name} is not on the symmetric heap (allocate it with ctx.empty/zeros/...: peers must reach it)"
         )
-    elif tensor.device != ctx.device:
-        errors.append(f"{name} is on {tensor.device}, this rank's device is {ctx.device}")
+    elif tensor.device != ctx.get_device():
+        errors.append(f"{name} is on {tensor.device}, this rank's device is {ctx.get_device()}")
     return len(errors) == before
 
 

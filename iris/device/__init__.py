@@ -20,10 +20,25 @@ from .rma import (
     translate,
     wait_until,
 )
-from .tracing import trace_begin, trace_end
+from .tiles import (
+    AllReduceConfig,
+    TensorView,
+    Tile,
+    TileView,
+    make_tensor_view,
+    offset_ptr,
+    tile_layout,
+    tile_ptr,
+)
+from .tracing import TraceEvent, trace_begin, trace_end
 
 __all__ = [
+    "AllReduceConfig",
     "DeviceContext",
+    "TensorView",
+    "Tile",
+    "TileView",
+    "TraceEvent",
     "atomic_add",
     "atomic_and",
     "atomic_cas",
@@ -36,9 +51,13 @@ __all__ = [
     "copy",
     "get",
     "load",
+    "make_tensor_view",
+    "offset_ptr",
     "put",
     "signal",
     "store",
+    "tile_layout",
+    "tile_ptr",
     "trace_begin",
     "trace_end",
     "translate",

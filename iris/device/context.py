@@ -21,8 +21,9 @@ import triton
 import triton.language as tl
 from triton.runtime.jit import constexpr_function
 
-from ..config import BACKEND
-from . import flight, rma, tracing
+from . import flight, rma, tile_collectives, tracing
+from .aggregate import aggregate
+from .tiles import TensorView, Tile, TileView
 
 #: Slots before the heap bases.
 HEADER_SLOTS = 2
@@ -42,30 +43,6 @@ def flight_slot(world_size: int, slot: int) -> int:
     return HEADER_SLOTS + world_size + 1 + TRACING_SLOTS + int(slot)
 
 
-def _aggregate(cls):
-    """``triton.language.core._aggregate`` that also works under the interpreter.
-
-    Triton attaches only ``JITFunction`` members to aggregates; under
-    ``TRITON_INTERPRET=1`` methods are ``InterpretedFunction`` objects, so they
-    are attached here.
-    """
-    value_cls = tl.core._aggregate(cls)
-    if BACKEND == "emulated":
-        for name, member in vars(cls).items():
-            if isinstance(member, staticmethod):
-                setattr(value_cls, name, member)
-            elif callable(member) and not name.startswith("__"):
-                setattr(value_cls, name, _as_method(member))
-    return value_cls
-
-
-def _as_method(interpreted):
-    def method(self, *args, **kwargs):
-        return interpreted(self, *args, **kwargs)
-
-    return method
-
-
 @constexpr_function
 def _heap_bases_type(context_type):
     # A uint64 context tensor is the traced variant (see iris.device.tracing); the
@@ -74,7 +51,7 @@ def _heap_bases_type(context_type):
     return tl.pointer_type(tl.int64 if traced else tl.uint64)
 
 
-@_aggregate
+@aggregate
 class DeviceContext:
     """This rank's view of the symmetric heaps, with the RMA ops as methods.
 
@@ -98,8 +75,16 @@ class DeviceContext:
 
     @staticmethod
     @triton.jit
-    def initialize(context_tensor, rank, world_size):
-        """Build the context from ``Iris.get_device_context()`` inside a kernel."""
+    def initialize(context_tensor, rank, world_size, tracing: tl.constexpr = False):
+        """Build the context from ``Iris.get_device_context()`` inside a kernel.
+
+        ``tracing`` is accepted for upstream Iris's signature and changes nothing:
+        here the host's ``ctx.tracing.enable()`` decides, for every op, through the
+        context tensor it hands the kernel.
+
+        Example:
+            >>> ctx = iris.DeviceContext.initialize(context, rank, world_size)
+        """
         heap_bases = (context_tensor + 2).to(_heap_bases_type(context_tensor.dtype), bitcast=True)
         no_tile = tl.full([], -1, tl.int32)
         return DeviceContext(
@@ -501,8 +486,102 @@ class DeviceContext:
         )
 
     @triton.jit
-    def wait_until(self, pointer, cmp: tl.constexpr, value):
-        """Spin until this rank's flag satisfies ``flag <cmp> value``; returns the flag."""
+    def wait_until(
+        self,
+        pointer,
+        cmp: tl.constexpr,
+        value,
+        from_rank=None,
+        op: tl.constexpr = tl.constexpr("iris.wait_until"),
+    ):
+        """Spin until the flag satisfies ``flag <cmp> value``; returns the flag; see :func:`iris.wait_until`.
+
+        The flag is this rank's, or ``from_rank``'s copy of it (polled remotely).
+        """
         return rma.wait_until(
-            pointer, cmp, value, heap_bases=self.heap_bases, pid_m=self.pid_m, pid_n=self.pid_n
+            pointer,
+            cmp,
+            value,
+            heap_bases=self.heap_bases,
+            pid_m=self.pid_m,
+            pid_n=self.pid_n,
+            op=op,
+            from_rank=from_rank,
         )
+
+    # ------------------------------------------------------------ tile collectives
+    # Upstream Iris's in-kernel collectives; protocol and locks in iris.device.tile_collectives.
+
+    @triton.jit
+    def all_reduce_atomic(self, tile: Tile, dst_view: TensorView):
+        """Atomically add ``tile.data`` into ``dst_view`` on every rank (``dst_view`` zeroed first).
+
+        Example:
+            >>> ctx.all_reduce_atomic(iris.Tile(pid_m, pid_n, BM, BN, acc), out_view)
+        """
+        tile_collectives.all_reduce_atomic(self, tile, dst_view)
+
+    @triton.jit
+    def all_reduce_spinlock(self, tile: Tile, dst_view: TensorView, locks):
+        """Add ``tile.data`` into ``dst_view`` on every rank under each rank's tile lock (``locks`` zeroed).
+
+        Example:
+            >>> ctx.all_reduce_spinlock(tile, out_view, locks)
+        """
+        tile_collectives.all_reduce_spinlock(self, tile, dst_view, locks)
+
+    @triton.jit
+    def all_reduce_one_shot(self, tile: Tile, src_view: TensorView, dst_view: TensorView, locks):
+        """Sum the tile of every rank's ``src_view`` (once its lock is 1) into this rank's ``dst_view``.
+
+        Example:
+            >>> ctx.all_reduce_one_shot(tile, partial_view, out_view, locks)
+        """
+        tile_collectives.all_reduce_one_shot(self, tile, src_view, dst_view, locks)
+
+    @triton.jit
+    def all_reduce_two_shot(self, tile: Tile, src_view: TensorView, dst_view: TensorView, locks):
+        """The tile's owner rank (``tile_id % world_size``) sums it and stores it on every rank.
+
+        Example:
+            >>> ctx.all_reduce_two_shot(tile, partial_view, out_view, locks)
+        """
+        tile_collectives.all_reduce_two_shot(self, tile, src_view, dst_view, locks)
+
+    @triton.jit
+    def reduce_scatter(self, tile: Tile, src_view: TensorView, dst_view: TensorView, locks):
+        """Rank r sums its contiguous share of the tiles into its own ``dst_view``.
+
+        Example:
+            >>> ctx.reduce_scatter(tile, partial_view, out_view, locks)
+        """
+        tile_collectives.reduce_scatter(self, tile, src_view, dst_view, locks)
+
+    @triton.jit
+    def all_gather(self, tile: Tile, dst_view: TensorView, dim: tl.constexpr):
+        """Store ``tile.data`` on every rank at this rank's block of ``dst_view`` along ``dim``.
+
+        Example:
+            >>> ctx.all_gather(tile, gathered_view, dim=0)
+        """
+        tile_collectives.all_gather(self, tile, dst_view, dim)
+
+    @triton.jit
+    def gather(self, tile: TileView, src_view: TensorView, source_rank, hint: tl.constexpr = None):
+        """The tile of ``src_view`` as ``source_rank`` holds it.
+
+        Example:
+            >>> values = ctx.gather(iris.TileView(pid_m, pid_n, BM, BN), view, source_rank=0)
+        """
+        return tile_collectives.gather(self, tile, src_view, source_rank, hint)
+
+    @triton.jit
+    def all_to_all(
+        self, tile: TileView, src_view: TensorView, dst_view: TensorView, N_per_rank: tl.constexpr
+    ):
+        """Fill this rank's output tile with the ``N_per_rank``-column blocks the peers send it.
+
+        Example:
+            >>> ctx.all_to_all(iris.TileView(pid_m, pid_n, BM, BN), inp_view, out_view, N_per_rank)
+        """
+        tile_collectives.all_to_all(self, tile, src_view, dst_view, N_per_rank)

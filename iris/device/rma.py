@@ -23,6 +23,12 @@ from ..config import DEBUG as _DEBUG
 from . import flight, tracing
 from . import intrinsics as hw
 
+#: The device API's ops, by name (``iris.load`` ...).
+OPS = (
+    "load", "store", "get", "put", "copy", "atomic_add", "atomic_sub", "atomic_cas", "atomic_xchg",
+    "atomic_xor", "atomic_and", "atomic_or", "atomic_min", "atomic_max", "signal", "wait_until", "translate",
+)  # fmt: skip
+
 DEBUG: tl.constexpr = tl.constexpr(_DEBUG)
 #: Heap bases are at least this aligned, so translation keeps vector widths.
 HEAP_BASE_ALIGNMENT: tl.constexpr = tl.constexpr(4096)
@@ -161,20 +167,34 @@ def get(
     pid_m=-1,
     pid_n=-1,
 ):
-    """Copy from ``from_rank``'s heap (at ``from_ptr``) into the caller's (``to_rank``) ``to_ptr``.
+    """Copy a peer's ``from_ptr`` into the caller's ``to_ptr``; the peer is whichever rank is not the caller.
+
+    This package's order is ``get(from_ptr, to_ptr, peer, cur_rank, ...)``: read from
+    ``from_rank``, the pointers in the caller's (``to_rank``) heap. Upstream Iris's
+    code reads the other way round, ``get(from_ptr, to_ptr, cur_rank, peer, ...)``
+    (its docstring says the first), and its programs are written that way. Both
+    orders work: when ``from_rank`` is the caller, the data comes from ``to_rank``.
+    With neither rank the caller, ``from_ptr`` is taken in ``to_rank``'s heap and
+    read from ``from_rank``'s.
 
     Masked-off elements read ``other``. The cache modifiers go to the remote load and
     the local store; ``hint`` to :func:`translate`.
 
     Example:
         >>> iris.get(src + offs, dst + offs, peer, cur_rank, heap_bases, mask=offs < n)
+        >>> iris.get(src + offs, dst + offs, cur_rank, peer, heap_bases, mask=offs < n)  # same
     """
     start = tracing.begin(heap_bases)
-    remote = translate(from_ptr, to_rank, from_rank, heap_bases, mask, "iris.get", hint)
+    # The caller's rank is the context tensor's first slot, two before heap_bases.
+    caller = tl.load(heap_bases - 2).to(tl.int64, bitcast=True)
+    upstream_order = from_rank == caller
+    source = tl.where(upstream_order, to_rank, from_rank)
+    space = tl.where(upstream_order, from_rank, to_rank)
+    remote = translate(from_ptr, space, source, heap_bases, mask, "iris.get", hint)
     data = tl.load(remote, mask=mask, other=other, cache_modifier=load_cache_modifier)
     tl.store(to_ptr, data, mask=mask, cache_modifier=store_cache_modifier)
-    tracing.end(heap_bases, start, tracing.GET, from_rank, from_ptr, mask, 0, pid_m, pid_n)
-    flight.record_data(heap_bases, tracing.GET, from_rank, from_ptr, mask, start)
+    tracing.end(heap_bases, start, tracing.GET, source, from_ptr, mask, 0, pid_m, pid_n)
+    flight.record_data(heap_bases, tracing.GET, source, from_ptr, mask, start)
 
 
 @triton.jit
@@ -674,13 +694,18 @@ def _spin_watched(
     heap_bases,
     op: tl.constexpr,
     BACKOFF_NS: tl.constexpr,
+    polled=None,
 ):
+    # ``polled`` is where the flag is read when that is another rank's copy of
+    # ``pointer``; the flight records keep ``pointer``, whose heap offset names the flag.
     # The clock is read once every CHECK_EVERY spins, so a wait satisfied at once costs
     # the same as without a timeout. The first read marks the wait as slow: only then
     # does it enter the flight recorder (with heap_bases), as a pending entry; threads
     # leave this loop at different polls, so nothing here may use a CTA barrier.
     # Returns the flag and when the wait was first seen to be slow (0: never).
-    seen = hw.load_acquire(pointer, scope)
+    if polled is None:
+        polled = pointer
+    seen = hw.load_acquire(polled, scope)
     spins = 0
     started = tl.zeros([], tl.int64)
     while not _satisfied(seen, cmp, value):
@@ -695,7 +720,7 @@ def _spin_watched(
                 flight.expire(heap_bases, pointer, cmp, value, seen, now - started, timeout, op)
         if BACKOFF_NS > 0:
             hw.sleep_ns(BACKOFF_NS)
-        seen = hw.load_acquire(pointer, scope)
+        seen = hw.load_acquire(polled, scope)
     return seen, started
 
 
@@ -710,8 +735,14 @@ def wait_until(
     pid_n=-1,
     op: tl.constexpr = tl.constexpr("iris.wait_until"),
     backoff_ns: tl.constexpr = tl.constexpr(0),
+    from_rank=None,
 ):
-    """Spin until the local flag at ``pointer`` satisfies ``flag <cmp> value``; returns the flag.
+    """Spin until the flag at ``pointer`` satisfies ``flag <cmp> value``; returns the flag.
+
+    The flag is this rank's own unless ``from_rank`` (with ``heap_bases``) names a
+    peer whose copy of it is polled over the interconnect, as upstream Iris's tile
+    collectives poll a peer's lock; waiting on a local flag that the peer signals is
+    cheaper when the protocol allows it.
 
     ``cmp`` is one of ``"eq"``, ``"ne"``, ``"gt"``, ``"ge"``, ``"lt"``, ``"le"``. The
     read is an acquire, followed by a CTA barrier, so everything the signalling
@@ -732,8 +763,15 @@ def wait_until(
     """
     if heap_bases is not None:
         start = tracing.begin(heap_bases)
+        caller = tl.load(heap_bases - 2)
+        if from_rank is None:
+            polled = pointer
+            owner = caller
+        else:
+            polled = translate(pointer, caller, from_rank, heap_bases, None, op)
+            owner = from_rank
         seen, slow_since = _spin_watched(
-            pointer, cmp, value, scope, flight.timeout_ns(heap_bases), heap_bases, op, backoff_ns
+            pointer, cmp, value, scope, flight.timeout_ns(heap_bases), heap_bases, op, backoff_ns, polled
         )
     elif hw.HAS_STATIC_TIMEOUT:
         seen, slow_since = _spin_watched(
@@ -747,7 +785,7 @@ def wait_until(
             heap_bases,
             start,
             tracing.wait_event(op),
-            tl.load(heap_bases - 2),
+            owner,
             pointer,
             None,
             seen,

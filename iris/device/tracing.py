@@ -26,6 +26,7 @@ from triton.runtime.jit import constexpr_function
 from iris_trace import schema
 
 from . import intrinsics as hw
+from .aggregate import aggregate
 
 # Event kinds (``event_id``) and record layout: constexpr copies of ``iris_trace.schema``.
 LOAD: tl.constexpr = tl.constexpr(schema.LOAD)
@@ -64,6 +65,61 @@ _CU_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_CU_SHIFT)
 BARRIER_WAIT: tl.constexpr = tl.constexpr(schema.BARRIER_WAIT)
 COLLECTIVE_WAIT: tl.constexpr = tl.constexpr(schema.COLLECTIVE_WAIT)
 FUSED_OP_WAIT: tl.constexpr = tl.constexpr(schema.FUSED_OP_WAIT)
+
+
+@aggregate
+class TraceEvent:
+    """Event ids by name, as upstream Iris's ``iris.TraceEvent().put`` spells them.
+
+    The ids are this package's (``iris_trace.schema``), not upstream's numbers:
+    the ops (``load`` ... ``atomic_max``, ``signal``, ``wait_until``) and
+    ``wait``/``barrier`` for a user's wait and the device barrier's. Upstream's
+    ``fetch``/``compute``/``reduce`` categories are compute scopes here
+    (:func:`iris.trace_begin`/:func:`iris.trace_end` with ``scope=``).
+
+    Example:
+        >>> tl.static_assert(iris.TraceEvent().put == 4)
+    """
+
+    load: tl.constexpr
+    store: tl.constexpr
+    get: tl.constexpr
+    put: tl.constexpr
+    copy: tl.constexpr
+    atomic_add: tl.constexpr
+    atomic_sub: tl.constexpr
+    atomic_cas: tl.constexpr
+    atomic_xchg: tl.constexpr
+    atomic_xor: tl.constexpr
+    atomic_and: tl.constexpr
+    atomic_or: tl.constexpr
+    atomic_min: tl.constexpr
+    atomic_max: tl.constexpr
+    signal: tl.constexpr
+    wait_until: tl.constexpr
+    wait: tl.constexpr
+    barrier: tl.constexpr
+
+    @constexpr_function
+    def __init__(self):
+        self.load = LOAD
+        self.store = STORE
+        self.get = GET
+        self.put = PUT
+        self.copy = COPY
+        self.atomic_add = ATOMIC_ADD
+        self.atomic_sub = ATOMIC_SUB
+        self.atomic_cas = ATOMIC_CAS
+        self.atomic_xchg = ATOMIC_XCHG
+        self.atomic_xor = ATOMIC_XOR
+        self.atomic_and = ATOMIC_AND
+        self.atomic_or = ATOMIC_OR
+        self.atomic_min = ATOMIC_MIN
+        self.atomic_max = ATOMIC_MAX
+        self.signal = SIGNAL
+        self.wait_until = WAIT_UNTIL
+        self.wait = WAIT_UNTIL
+        self.barrier = BARRIER_WAIT
 
 
 @constexpr_function

@@ -38,14 +38,20 @@ __all__ = [
 
 
 @triton.jit
+def _tile_indices(pid_m, pid_n, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr):
+    rm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    rn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    return rm, rn
+
+
+@triton.jit
 def tile_layout(pid_m, pid_n, M, N, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr):
     """Row indices, column indices and bounds mask of tile ``(pid_m, pid_n)`` of an ``M x N`` tensor.
 
     Example:
         >>> rm, rn, mask = iris.tile_layout(pid_m, pid_n, M, N, BM, BN)
     """
-    rm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-    rn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    rm, rn = _tile_indices(pid_m, pid_n, BLOCK_SIZE_M, BLOCK_SIZE_N)
     # A tile's indices start on a multiple of its size and run contiguously: saying
     # so lets Triton vectorise the accesses built from them.
     rm = tl.max_contiguous(tl.multiple_of(rm, BLOCK_SIZE_M), BLOCK_SIZE_M)
@@ -106,9 +112,7 @@ class TileView:
     @triton.jit
     def indices(self):
         """Row and column indices, without a bounds mask."""
-        rm = self.pid_m * self.block_m + tl.arange(0, self.block_m)
-        rn = self.pid_n * self.block_n + tl.arange(0, self.block_n)
-        return rm, rn
+        return _tile_indices(self.pid_m, self.pid_n, self.block_m, self.block_n)
 
 
 @aggregate
@@ -143,9 +147,7 @@ class Tile:
     @triton.jit
     def indices(self):
         """Row and column indices, without a bounds mask."""
-        rm = self.pid_m * self.block_m + tl.arange(0, self.block_m)
-        rn = self.pid_n * self.block_n + tl.arange(0, self.block_n)
-        return rm, rn
+        return _tile_indices(self.pid_m, self.pid_n, self.block_m, self.block_n)
 
 
 @aggregate

@@ -56,20 +56,25 @@ def store_kernel(source, rows, n, row_stride, cur_rank, heap_bases, BLOCK: tl.co
 
 
 @triton.jit
-def get_kernel(source, rows, n, row_stride, cur_rank, heap_bases, BLOCK: tl.constexpr):
+def get_kernel(
+    source,
+    rows,
+    n,
+    row_stride,
+    cur_rank,
+    heap_bases,
+    BLOCK: tl.constexpr,
+    UPSTREAM_ORDER: tl.constexpr = False,
+):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     owner = tl.program_id(1)
     mask = offsets < n
-    iris.get(source + offsets, rows + owner * row_stride + offsets, owner, cur_rank, heap_bases, mask=mask)
-
-
-@triton.jit
-def get_upstream_order_kernel(source, rows, n, row_stride, cur_rank, heap_bases, BLOCK: tl.constexpr):
-    # Upstream Iris's programs pass (cur_rank, peer): the data still comes from the peer.
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    owner = tl.program_id(1)
-    mask = offsets < n
-    iris.get(source + offsets, rows + owner * row_stride + offsets, cur_rank, owner, heap_bases, mask=mask)
+    dst = rows + owner * row_stride + offsets
+    if UPSTREAM_ORDER:
+        # Upstream Iris's programs pass (cur_rank, peer): the data still comes from the peer.
+        iris.get(source + offsets, dst, cur_rank, owner, heap_bases, mask=mask)
+    else:
+        iris.get(source + offsets, dst, owner, cur_rank, heap_bases, mask=mask)
 
 
 @triton.jit
@@ -173,13 +178,12 @@ def _setup(ctx, rank, world_size, dtype, salt):
 
 def _pull_body(rank, world_size, kernel_name, dtype_name):
     dtype = getattr(torch, dtype_name)
-    kernel = {"load": load_kernel, "get": get_kernel, "get_upstream_order": get_upstream_order_kernel}[
-        kernel_name
-    ]
+    kernel = {"load": load_kernel, "get": get_kernel, "get_upstream_order": get_kernel}[kernel_name]
+    order = {"UPSTREAM_ORDER": True} if kernel_name == "get_upstream_order" else {}
     with iris.iris(1 << 22) as ctx:
         source, rows = _setup(ctx, rank, world_size, dtype, salt=1)
         grid = (triton.cdiv(N, BLOCK), world_size)
-        kernel[grid](source, rows, N, N + PAD, rank, ctx.get_heap_bases(), BLOCK=BLOCK)
+        kernel[grid](source, rows, N, N + PAD, rank, ctx.get_heap_bases(), BLOCK=BLOCK, **order)
         ctx.barrier()
         check_rows(rows, [rank_data(owner, 1, dtype) for owner in range(world_size)], dtype)
 

@@ -81,14 +81,13 @@ def test_config_fields_can_be_set_and_are_checked():
     assert config.num_warps == 8
 
 
-def _run_script(source: str, *, launcher: bool = False, env_extra=None):
+def _run_script(directory, source: str, *, launcher: bool = False):
     import os
 
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "IRIS_BACKEND")}
-    env.update(IRIS_BACKEND="emulated", **(env_extra or {}))
-    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"iris_import_order_{os.getpid()}.py")
-    with open(path, "w") as handle:
-        handle.write(textwrap.dedent(source))
+    env["IRIS_BACKEND"] = "emulated"
+    path = directory / "script.py"
+    path.write_text(textwrap.dedent(source))
     command = [sys.executable, "-m", "iris.run", "-n", "1", path] if launcher else [sys.executable, path]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -120,15 +119,15 @@ TRITON_FIRST = """
 """
 
 
-def test_triton_imported_before_iris_runs_under_emulation():
-    assert _run_script(TRITON_FIRST).strip().endswith("ok")
+def test_triton_imported_before_iris_runs_under_emulation(tmp_path):
+    assert _run_script(tmp_path, TRITON_FIRST).strip().endswith("ok")
 
 
-def test_iris_run_sets_the_interpreter_for_its_ranks():
-    assert "ok" in _run_script(TRITON_FIRST, launcher=True)
+def test_iris_run_sets_the_interpreter_for_its_ranks(tmp_path):
+    assert "ok" in _run_script(tmp_path, TRITON_FIRST, launcher=True)
 
 
-def test_interpreter_has_bf16_constants_and_float_exchange():
+def test_interpreter_has_bf16_constants_and_float_exchange(tmp_path):
     source = """
         import iris, torch, triton, triton.language as tl
 
@@ -144,4 +143,4 @@ def test_interpreter_has_bf16_constants_and_float_exchange():
         assert (out == 1.5).all() and (swapped == 2.5).all() and (old == 1.0).all()
         print("ok")
     """
-    assert "ok" in _run_script(source)
+    assert "ok" in _run_script(tmp_path, source)

@@ -585,3 +585,7 @@ class DeviceContext:
             >>> ctx.all_to_all(iris.TileView(pid_m, pid_n, BM, BN), inp_view, out_view, N_per_rank)
         """
         tile_collectives.all_to_all(self, tile, src_view, dst_view, N_per_rank)
+
+
+#: Upstream Iris's name for :class:`DeviceContext` (``iris.mem.triton.context.Context``).
+Context = DeviceContext

@@ -23,12 +23,6 @@ from ..config import DEBUG as _DEBUG
 from . import flight, tracing
 from . import intrinsics as hw
 
-#: The device API's ops, by name (``iris.load`` ...).
-OPS = (
-    "load", "store", "get", "put", "copy", "atomic_add", "atomic_sub", "atomic_cas", "atomic_xchg",
-    "atomic_xor", "atomic_and", "atomic_or", "atomic_min", "atomic_max", "signal", "wait_until", "translate",
-)  # fmt: skip
-
 DEBUG: tl.constexpr = tl.constexpr(_DEBUG)
 #: Heap bases are at least this aligned, so translation keeps vector widths.
 HEAP_BASE_ALIGNMENT: tl.constexpr = tl.constexpr(4096)
@@ -694,17 +688,15 @@ def _spin_watched(
     heap_bases,
     op: tl.constexpr,
     BACKOFF_NS: tl.constexpr,
-    polled=None,
+    polled,
 ):
-    # ``polled`` is where the flag is read when that is another rank's copy of
-    # ``pointer``; the flight records keep ``pointer``, whose heap offset names the flag.
+    # ``polled`` is where the flag is read: ``pointer``, or another rank's copy of it;
+    # the flight records keep ``pointer``, whose heap offset names the flag.
     # The clock is read once every CHECK_EVERY spins, so a wait satisfied at once costs
     # the same as without a timeout. The first read marks the wait as slow: only then
     # does it enter the flight recorder (with heap_bases), as a pending entry; threads
     # leave this loop at different polls, so nothing here may use a CTA barrier.
     # Returns the flag and when the wait was first seen to be slow (0: never).
-    if polled is None:
-        polled = pointer
     seen = hw.load_acquire(polled, scope)
     spins = 0
     started = tl.zeros([], tl.int64)
@@ -775,7 +767,7 @@ def wait_until(
         )
     elif hw.HAS_STATIC_TIMEOUT:
         seen, slow_since = _spin_watched(
-            pointer, cmp, value, scope, hw.static_timeout_ns(), None, op, backoff_ns
+            pointer, cmp, value, scope, hw.static_timeout_ns(), None, op, backoff_ns, pointer
         )
     else:
         seen = _spin(pointer, cmp, value, scope, backoff_ns)

@@ -21,11 +21,11 @@ arguments and protocol:
   caller orders them against the peers' writes (a barrier before, or its own flags).
 - **Spinlock.** ``all_reduce_spinlock`` takes each destination's lock with a
   compare-and-swap, adds this rank's tile into the destination, and releases it.
-  The acquire loop checks the rank's wait timeout like a wait and, past it, stops
-  the kernel with the lock named in the hang report.
+  While the lock is held it waits for it to look free with the same peer-flag
+  wait, so a lock never released times out with the lock named in the hang report.
 
 Reductions accumulate floating types in fp32 through the collectives' own
-````accumulator`` (:mod:`iris.ccl.device`); every remote access goes through the traced
+``accumulator`` (:mod:`iris.ccl.device`); every remote access goes through the traced
 device ops, so each appears in a trace as the load, store or atomic it is.
 """
 
@@ -33,9 +33,6 @@ import triton
 import triton.language as tl
 
 from ..ccl.device import accumulator
-from . import flight
-from . import intrinsics as hw
-from .rma import translate
 
 #: Lock states of the spinlock all-reduce.
 _FREE: tl.constexpr = tl.constexpr(0)
@@ -77,20 +74,12 @@ def all_reduce_atomic(ctx, tile, dst_view):
 
 @triton.jit
 def _acquire(ctx, lock, peer, op: tl.constexpr):
-    remote = translate(lock, ctx.rank, peer, ctx.heap_bases, None, op)
-    timeout = flight.timeout_ns(ctx.heap_bases)
-    spins = 0
-    started = tl.zeros([], tl.int64)
-    seen = tl.atomic_cas(remote, _FREE, _HELD, sem="acquire", scope="sys")
-    while seen != _FREE:
-        spins += 1
-        if spins % flight.CHECK_EVERY == 0:
-            now = hw.timer_ns()
-            if started == 0:
-                started = now
-            elif (timeout > 0) & (now - started > timeout):
-                flight.expire(ctx.heap_bases, lock, "eq", _FREE, seen, now - started, timeout, op)
-        seen = tl.atomic_cas(remote, _FREE, _HELD, sem="acquire", scope="sys")
+    # Test and test-and-set: one compare-and-swap, and while the lock is held, a wait
+    # (traced, timed, in the flight recorder like every wait) until it looks free.
+    old = ctx.atomic_cas(lock, _FREE, _HELD, peer, sem="acquire", scope="sys")
+    while old != _FREE:
+        ctx.wait_until(lock, "eq", _FREE, from_rank=peer, op=op)
+        old = ctx.atomic_cas(lock, _FREE, _HELD, peer, sem="acquire", scope="sys")
 
 
 @triton.jit
@@ -155,12 +144,14 @@ def all_gather(ctx, tile, dst_view, dim: tl.constexpr):
     rm, rn = tile.indices()
     if dim == 0:
         block = dst_view.M // ctx.world_size
-        inside = (rm < block)[:, None] & (rn >= 0)[None, :]
-        dst_ptrs, mask = dst_view.offset_tile_ptr(tile, offset_m=ctx.rank * block, src_mask=inside)
+        dst_ptrs, mask = dst_view.offset_tile_ptr(
+            tile, offset_m=ctx.rank * block, src_mask=(rm < block)[:, None]
+        )
     else:
         block = dst_view.N // ctx.world_size
-        inside = (rm >= 0)[:, None] & (rn < block)[None, :]
-        dst_ptrs, mask = dst_view.offset_tile_ptr(tile, offset_n=ctx.rank * block, src_mask=inside)
+        dst_ptrs, mask = dst_view.offset_tile_ptr(
+            tile, offset_n=ctx.rank * block, src_mask=(rn < block)[None, :]
+        )
     for i in range(ctx.world_size):
         ctx.store(dst_ptrs, tile.data, (ctx.rank + i) % ctx.world_size, mask=mask)
 

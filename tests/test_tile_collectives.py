@@ -102,7 +102,7 @@ def test_tile_reductions_match_torch(world, variant):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_tile_one_shot_accumulates_half_types_in_fp32(multi_world, dtype):
+def test_tile_one_shot_reduces_half_types(multi_world, dtype):
     multi_world.run(_reduce_body, "one_shot", dtype)
 
 

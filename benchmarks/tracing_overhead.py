@@ -11,12 +11,19 @@ Modes, in one run with the same fixed iteration count on every rank (max over ra
   enabled    traced and recording
   untraced   again, to show run-to-run noise
 
+Each trial times the four modes in that order; each figure is the median over
+``--trials`` trials. ``--breakdown`` also times the GEMM kernel with only its compute
+scope traced and with only its stores traced, and every row gives the registers and
+spills of its kernel variant, to say where the cost is.
+
     python -m iris.run -n 4 benchmarks/tracing_overhead.py --out benchmarks/results/tracing_overhead_h200x4.json
+    python -m iris.run -n 1 benchmarks/tracing_overhead.py --breakdown   (one GPU: the GEMM's cost)
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -46,60 +53,88 @@ def gemm_all_scatter(
     K,
     cur_rank,
     world_size,
-    heap_bases,
+    scope_bases,
+    store_bases,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
+    # Two heap_bases so that --breakdown can trace the compute scope and the stores apart.
     pid = tl.program_id(0)
     tiles_n = tl.cdiv(N, BLOCK_N)
     pid_m, pid_n = pid // tiles_n, pid % tiles_n
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
-    started = iris.trace_begin(heap_bases)
+    started = iris.trace_begin(scope_bases)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
         tile_a = tl.load(a + rows[:, None] * K + (k + ks)[None, :])
         tile_b = tl.load(b + (k + ks)[:, None] * N + cols[None, :])
         acc = tl.dot(tile_a, tile_b, acc)
-    iris.trace_end(heap_bases, started, 0, pid_m, pid_n)
+    iris.trace_end(scope_bases, started, 0, pid_m, pid_n)
     tile = acc.to(tl.bfloat16)
     offsets = cur_rank * M * N + rows[:, None] * N + cols[None, :]
     for i in range(world_size):
         target = (cur_rank + i) % world_size
-        iris.store(c_all + offsets, tile, cur_rank, target, heap_bases, pid_m=pid_m, pid_n=pid_n)
+        iris.store(c_all + offsets, tile, cur_rank, target, store_bases, pid_m=pid_m, pid_n=pid_n)
 
 
 MAX_EVENTS = 1 << 22
 
 
-def measure(ctx, launch, iters):
-    """Time ``launch(heap_bases)`` in every mode; returns {mode: seconds}, events per call, no-drop flag."""
+MODES = ("untraced", "disabled", "enabled", "untraced_again")
+
+
+def measure(ctx, launch, iters, trials):
+    """Time ``launch(heap_bases)`` in every mode, ``trials`` times round.
+
+    Returns {mode: median seconds}, {mode: (registers, spills)}, events per call, and
+    whether no event was dropped on any rank.
+    """
     plain = ctx.get_heap_bases()
     ctx.tracing.enable(max_events=MAX_EVENTS)
     traced = ctx.get_heap_bases()
     ctx.tracing.disable()
-    results = {"untraced": time_loop(ctx, lambda: launch(plain), iters)}
-    results["disabled"] = time_loop(ctx, lambda: launch(traced), iters)
+    resources = {}
+    for mode, heap_bases in (("untraced", plain), ("disabled", traced)):
+        compiled = launch(heap_bases)
+        resources[mode] = (compiled.n_regs, compiled.n_spills)
+    resources["enabled"] = resources["disabled"]  # the same compiled variant
+    resources["untraced_again"] = resources["untraced"]
     ctx.tracing.enable(max_events=MAX_EVENTS)
     ctx.tracing.reset()
     launch(ctx.get_heap_bases())
     events_per_call = len(ctx.tracing.events()) + ctx.tracing.dropped()
-    dropped_before = ctx.tracing.dropped()
-    results["enabled"] = time_loop(ctx, lambda: launch(ctx.get_heap_bases()), iters)
-    recorded_ok = ctx.tracing.dropped() == dropped_before
     ctx.tracing.disable()
-    results["untraced_again"] = time_loop(ctx, lambda: launch(plain), iters)
+    times = {mode: [] for mode in MODES}
+    recorded_ok = True
+    for _ in range(trials):
+        times["untraced"].append(time_loop(ctx, lambda: launch(plain), iters))
+        times["disabled"].append(time_loop(ctx, lambda: launch(traced), iters))
+        ctx.tracing.enable(max_events=MAX_EVENTS)
+        ctx.tracing.reset()
+        times["enabled"].append(time_loop(ctx, lambda: launch(traced), iters))
+        recorded_ok = recorded_ok and ctx.tracing.dropped() == 0
+        ctx.tracing.disable()
+        times["untraced_again"].append(time_loop(ctx, lambda: launch(plain), iters))
     ctx.tracing.reset()
-    return results, events_per_call, all_ranks_agree(recorded_ok)
+    medians = {mode: statistics.median(samples) for mode, samples in times.items()}
+    return medians, resources, events_per_call, all_ranks_agree(recorded_ok)
 
 
-def row(name, results, events_per_call):
+def row(name, measured):
+    results, resources, events_per_call, _ = measured
     base = results["untraced"]
     out = {"kernel": name, "events_per_call_rank0": events_per_call}
     for mode, seconds in results.items():
-        out[mode] = {"us": seconds * 1e6, "overhead_pct": 100 * (seconds / base - 1)}
+        registers, spills = resources[mode]
+        out[mode] = {
+            "us": seconds * 1e6,
+            "overhead_pct": 100 * (seconds / base - 1),
+            "registers": registers,
+            "spills": spills,
+        }
     out["events_per_second"] = events_per_call / results["enabled"]
     return out
 
@@ -109,6 +144,14 @@ def main():
     parser.add_argument("--put-mib", type=int, default=256)
     parser.add_argument("--gemm", type=int, nargs=3, default=[4096, 4096, 4096], metavar=("M", "N", "K"))
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument(
+        "--trials", type=int, default=5, help="rounds of the four modes; medians are reported"
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also time the GEMM with only its scope or only its stores traced",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if iris.BACKEND != "cuda":
@@ -122,9 +165,11 @@ def main():
     n = args.put_mib * (1 << 20) // 4
     src, dst = ctx.randn(n), ctx.zeros(n)
     grid = (ctx.get_cu_count() * 2,)
-    put, put_events, put_ok = measure(
-        ctx, lambda hb: put_ring[grid](src, dst, n, rank, world, hb, BLOCK=4096, num_warps=16), args.iters
-    )
+
+    def put(heap_bases):
+        return put_ring[grid](src, dst, n, rank, world, heap_bases, BLOCK=4096, num_warps=16)
+
+    measured = {"put": measure(ctx, put, args.iters, args.trials)}
 
     M, N, K = args.gemm
     generator = torch.Generator().manual_seed(rank)
@@ -134,25 +179,17 @@ def main():
     tiles = (triton.cdiv(M, 128) * triton.cdiv(N, 128),)
     ctx.barrier()
 
-    def gemm(heap_bases):
-        gemm_all_scatter[tiles](
-            a,
-            b,
-            c_all,
-            M,
-            N,
-            K,
-            rank,
-            world,
-            heap_bases,
-            BLOCK_M=128,
-            BLOCK_N=128,
-            BLOCK_K=64,
-            num_warps=8,
-            num_stages=3,
-        )
+    def gemm(scope_bases, store_bases):
+        return gemm_all_scatter[tiles](
+            a, b, c_all, M, N, K, rank, world, scope_bases, store_bases,
+            BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3,
+        )  # fmt: skip
 
-    gemm_results, gemm_events, gemm_ok = measure(ctx, gemm, args.iters)
+    plain = ctx.get_heap_bases()
+    measured["gemm+all-scatter"] = measure(ctx, lambda hb: gemm(hb, hb), args.iters, args.trials)
+    if args.breakdown:
+        measured["gemm: scope only"] = measure(ctx, lambda hb: gemm(hb, plain), args.iters, args.trials)
+        measured["gemm: stores only"] = measure(ctx, lambda hb: gemm(plain, hb), args.iters, args.trials)
     ctx.barrier()  # every rank's last all-scatter has landed
     errors = []
     for owner in range(world):
@@ -168,10 +205,11 @@ def main():
         "put_bytes": n * 4,
         "gemm_shape": [M, N, K],
         "iters": args.iters,
-        "results": [row("put", put, put_events), row("gemm+all-scatter", gemm_results, gemm_events)],
+        "trials": args.trials,
+        "results": [row(name, m) for name, m in measured.items()],
         "gemm_result_correct": correct,
         "gemm_max_relative_error": max(errors),
-        "no_events_dropped": put_ok and gemm_ok,
+        "no_events_dropped": all(m[3] for m in measured.values()),
         "seconds": round(time.time() - started, 1),
     }
     if rank == 0:
@@ -179,15 +217,15 @@ def main():
             f"{'kernel':18} {'untraced':>10} {'disabled':>10} {'enabled':>10} {'again':>10}  events/call  Mevents/s"
         )
         for r in report["results"]:
-            cells = " ".join(
-                f"{r[m]['us']:8.1f}us" for m in ("untraced", "disabled", "enabled", "untraced_again")
-            )
+            cells = " ".join(f"{r[m]['us']:8.1f}us" for m in MODES)
             print(
                 f"{r['kernel']:18} {cells}  {r['events_per_call_rank0']:11d}  {r['events_per_second'] / 1e6:9.1f}"
             )
             print(
                 f"{'':18} overhead: disabled {r['disabled']['overhead_pct']:+.1f}%  enabled "
-                f"{r['enabled']['overhead_pct']:+.1f}%  untraced again {r['untraced_again']['overhead_pct']:+.1f}%"
+                f"{r['enabled']['overhead_pct']:+.1f}%  untraced again {r['untraced_again']['overhead_pct']:+.1f}%  "
+                f"registers {r['untraced']['registers']} -> {r['disabled']['registers']}, "
+                f"spills {r['untraced']['spills']} -> {r['disabled']['spills']}"
             )
         print(
             f"gemm result correct: {correct} (max relative error {max(errors):.2e}); "

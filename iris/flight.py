@@ -29,7 +29,7 @@ from iris_trace import hang as fmt
 
 from . import config
 from .device import flight as device_flight
-from .device.context import flight_slot
+from .device.layout import flight_slot
 
 ENTRY_BYTES = fmt.ENTRY_WORDS * 8
 COUNTER_STRIDE = int(device_flight.COUNTER_STRIDE)

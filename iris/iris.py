@@ -18,8 +18,8 @@ from .backends import make_backend
 from .ccl import CCL
 from .ccl.runtime import Runtime
 from .copy_engine import CopyEngine
+from .device import layout
 from .device.barrier import device_barrier_kernel
-from .device.context import HEADER_SLOTS, context_length
 from .distributed import init_distributed
 from .errors import InvalidArgumentError
 from .group_slots import GroupSlots
@@ -119,11 +119,9 @@ class Iris:
 
         # The heap size slot bounds IRIS_DEBUG's pointer checks: the whole mapping, reserved region included.
         context = [self.cur_rank, self.num_ranks, *self.heap.bases, self.heap.mapped_size]
-        context += [0] * (context_length(self.num_ranks) - len(context))
+        context += [0] * (layout.context_length(self.num_ranks) - len(context))
         self._device_context = torch.tensor(context, dtype=torch.int64, device=device)
-        self.heap_bases = self._device_context[HEADER_SLOTS : HEADER_SLOTS + self.num_ranks].view(
-            torch.uint64
-        )
+        self.heap_bases = self._device_context[layout.heap_bases_slots(self.num_ranks)].view(torch.uint64)
         #: Wait timeouts, flight recorder and hang reports; see :class:`iris.hang.Hang`.
         self.hang = Hang(self)
         self.hang.recorder.name_region(

@@ -19,9 +19,9 @@ import torch.distributed as dist
 from iris_trace.events import decode_records
 from iris_trace.trace import RankTrace, Trace
 
+from .device import layout
 from .device import tracing as device_tracing
 from .device.clock_sync import ping_kernel, pong_kernel
-from .device.context import HEADER_SLOTS
 
 COUNTER_STRIDE = int(device_tracing.COUNTER_STRIDE)
 RECORD_WORDS = int(device_tracing.RECORD_WORDS)
@@ -179,7 +179,7 @@ class Tracing:
 
     def _write_slots(self, enabled: int) -> None:
         ctx = self._ctx
-        first = HEADER_SLOTS + ctx.num_ranks + 1
+        first = layout.tracing_slot(ctx.num_ranks, 0)
         values = {
             int(device_tracing.SLOT_ENABLED): enabled,
             int(device_tracing.SLOT_MAX_EVENTS): self.max_events,

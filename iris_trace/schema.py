@@ -12,7 +12,7 @@ own names), and ``SCOPE_BASE + s`` the user's compute scope ``s``.
 
 **Trace record** (8 x int64, one per event)::
 
-    0 start_ns   1 end_ns   2 address (heap offset of the lowest byte touched)
+    0 start_ns   1 end_ns   2 address (heap offset: the flag, or a block's first element)
     3 payload_bytes
     4 event_id | cur_rank << 8 | target_rank << 24 | cu_id << 40
     5 pid | op_index << 32          (op_index: sequence number within the SM)

@@ -4,6 +4,10 @@ Needs no GPU: Triton compiles to PTX offline. It shows whether heap translation
 keeps 16-byte vector accesses and which scope the atomics and flag reads use.
 
     IRIS_BACKEND=cuda python scripts/inspect_ptx.py
+    IRIS_BACKEND=cuda python scripts/inspect_ptx.py --dump /tmp/ptx   (also each kernel's instructions)
+
+``--dump`` writes every kernel's instruction stream to ``DIR/<name>.ptx``: a refactor
+that must not change code is checked by diffing two dumps.
 """
 
 from __future__ import annotations
@@ -210,7 +214,14 @@ def memory_ops(ptx: str) -> dict[str, int]:
 if __name__ == "__main__":
     if iris.BACKEND != "cuda":
         sys.exit("run with IRIS_BACKEND=cuda (no GPU is needed)")
+    dump = sys.argv[sys.argv.index("--dump") + 1] if "--dump" in sys.argv else None
+    if dump:
+        os.makedirs(dump, exist_ok=True)
     for kernel_name in KERNELS:
-        print(kernel_name, memory_ops(compile_ptx(kernel_name)))
+        ptx = compile_ptx(kernel_name)
+        print(kernel_name, memory_ops(ptx))
+        if dump:
+            with open(os.path.join(dump, f"{kernel_name}.ptx"), "w") as file:
+                file.write("\n".join(instructions(ptx)) + "\n")
     same = instructions(compile_ptx("put")) == instructions(compile_ptx("put_reference"))
     print("untraced_put_equals_reference", same)

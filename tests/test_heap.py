@@ -2,9 +2,13 @@
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import iris
+from iris.device import flight, layout
 from iris.heap import ALIGNMENT
+from iris_trace import schema
 
 
 def _symmetry_body(rank, world_size):
@@ -18,17 +22,52 @@ def _symmetry_body(rank, world_size):
         assert offsets == sorted(offsets) and len(set(offsets[:2] + offsets[3:])) == 3
         bases = ctx.get_heap_bases().tolist()
         assert len(bases) == world_size and bases[rank] == ctx.heap.base
-        context = ctx.get_device_context().cpu().tolist()
-        assert context[:2] == [rank, world_size]
-        assert [b & (2**64 - 1) for b in context[2 : 2 + world_size]] == bases
-        # The heap-size slot bounds IRIS_DEBUG's checks: the user's bytes plus Iris's reserved state.
-        assert context[2 + world_size] == ctx.heap.mapped_size >= (1 << 20) + ctx.heap.reserved
         return offsets
 
 
 def test_allocations_land_at_the_same_offset_on_every_rank(world):
     offsets = world.run(_symmetry_body)
     assert all(o == offsets[0] for o in offsets)
+
+
+@triton.jit
+def layout_kernel(out, heap_bases):
+    rank = layout.cur_rank(heap_bases)
+    tl.store(out + 0, rank)
+    tl.store(out + 1, layout.world_size(heap_bases))
+    tl.store(out + 2, layout.heap_base(heap_bases, rank))
+    tl.store(out + 3, layout.heap_size(heap_bases))
+    enabled = tl.load(layout.tracing_slots(heap_bases) + schema.SLOT_ENABLED)
+    tl.store(out + 4, enabled.to(tl.int64, bitcast=True))
+    timeout = tl.load(layout.flight_slots(heap_bases) + flight.SLOT_TIMEOUT_NS)
+    tl.store(out + 5, timeout.to(tl.int64, bitcast=True))
+
+
+def _layout_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        context = ctx.get_device_context().cpu().tolist()
+        assert len(context) == layout.context_length(world_size)
+        assert [context[layout.RANK_SLOT], context[layout.WORLD_SIZE_SLOT]] == [rank, world_size]
+        bases = [b & (2**64 - 1) for b in context[layout.heap_bases_slots(world_size)]]
+        assert bases == ctx.get_heap_bases().tolist() and bases[rank] == ctx.heap.base
+        ctx.tracing.enable(max_events=64 * ctx.get_cu_count())
+        ctx.hang.set_timeout(7.5)
+        context = ctx.get_device_context().cpu().tolist()
+        assert context[layout.tracing_slot(world_size, schema.SLOT_ENABLED)] == 1
+        timeout_ns = context[layout.flight_slot(world_size, flight.SLOT_TIMEOUT_NS)]
+        assert timeout_ns == 7_500_000_000
+        # The kernels' accessors read the same slots, from heap_bases (traced and untraced).
+        for heap_bases in (ctx.get_heap_bases(), ctx.heap_bases):
+            out = ctx.full((6,), -1, dtype=torch.int64)
+            layout_kernel[(1,)](out, heap_bases)
+            # The heap-size slot bounds IRIS_DEBUG's checks: the user's bytes plus Iris's reserved state.
+            expected = [rank, world_size, ctx.heap.base, ctx.heap.mapped_size, 1, timeout_ns]
+            assert out.tolist() == expected and ctx.heap.mapped_size >= (1 << 20) + ctx.heap.reserved
+        ctx.tracing.disable()
+
+
+def test_context_layout_is_what_kernels_read(world):
+    world.run(_layout_body)
 
 
 def _factories_body(rank, world_size):

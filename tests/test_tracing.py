@@ -7,6 +7,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from conftest import get_pool
 from kernels import ping_pong_rounds
 
 import iris
@@ -114,6 +115,33 @@ def _every_op_body(rank, world_size):
 
 def test_every_op_records_its_kind(world):
     world.run(_every_op_body)
+
+
+@triton.jit
+def masked_blocks(buf, cur_rank, heap_bases):
+    rows = tl.arange(0, 4)[:, None]
+    cols = tl.arange(0, 8)[None, :]
+    # A 4 x 8 tile at element 16 whose mask cuts its end (3 x 5 active), then a range cut at its start.
+    tile = buf + 16 + rows * 8 + cols
+    iris.store(tile, rows + cols, cur_rank, cur_rank, heap_bases, mask=(rows < 3) & (cols < 5))
+    offsets = tl.arange(0, 8)
+    iris.store(buf + offsets, offsets, cur_rank, cur_rank, heap_bases, mask=offsets >= 2)
+
+
+def _masked_blocks_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        buf = ctx.zeros(64, dtype=torch.int32)
+        ctx.tracing.enable(max_events=64 * ctx.get_cu_count())
+        masked_blocks[(1,)](buf, rank, ctx.get_heap_bases())
+        ev = ctx.tracing.events()
+        # The address is the block's first element (row-major), the bytes its active elements.
+        assert ev["address"].tolist() == [ctx.heap.offset_of(buf) + 16 * 4, ctx.heap.offset_of(buf)]
+        assert ev["payload_bytes"].tolist() == [15 * 4, 6 * 4]
+        ctx.tracing.disable()
+
+
+def test_block_ops_record_their_first_element_and_active_bytes():
+    get_pool(1).run(_masked_blocks_body)
 
 
 def _named_waits_body(rank, world_size):

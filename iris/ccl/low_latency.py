@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..device import flight, rma, tracing
+from ..device import flight, layout, rma, tracing
 from ..device import intrinsics as hw
 from . import device as ccl
 from .device import RANK_ARGS
@@ -90,7 +90,7 @@ def receive(slot, BLOCK: tl.constexpr, mask, epoch, heap_bases, op: tl.constexpr
                 flight.expire(heap_bases, slot, "eq", epoch, seen, waited, timeout, op)
             got = tl.load(words, mask=mask, other=0, volatile=True)
             late = _late(got, mask, epoch)
-    tracing.end(heap_bases, start, tracing.WAIT_UNTIL, tl.load(heap_bases - 2), slot, None, epoch)
+    tracing.end(heap_bases, start, tracing.WAIT_UNTIL, layout.cur_rank(heap_bases), slot, None, epoch)
     return got.to(tl.int32)
 
 

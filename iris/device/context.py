@@ -1,14 +1,8 @@
 """``DeviceContext``: the object-style device API, built from one context tensor.
 
-The context tensor (``Iris.get_device_context()``, int64) is laid out as::
-
-    [cur_rank, world_size, heap_base_0 .. heap_base_{n-1}, heap_size,
-     trace_enabled, max_events, <tracing counters and buffer pointers>,
-     wait_timeout_ns, <flight recorder ring, counters and report pointers>]
-
-``heap_bases`` handed to the functional API is a view of the ``heap_base_*``
-slots, so ``heap_bases[-1]`` is the world size and ``heap_bases[world_size]`` the
-heap size; the debug checks in ``iris.device.rma`` rely on that.
+The context tensor (``Iris.get_device_context()``, int64) is laid out as
+``iris.device.layout`` describes; ``heap_bases``, the functional API's view of it,
+starts at its heap-base slots.
 
 Example:
     >>> @triton.jit
@@ -21,26 +15,9 @@ import triton
 import triton.language as tl
 from triton.runtime.jit import constexpr_function
 
-from . import flight, rma, tile_collectives, tracing
+from . import layout, rma, tile_collectives, tracing
 from .aggregate import aggregate
 from .tiles import TensorView, Tile, TileView
-
-#: Slots before the heap bases.
-HEADER_SLOTS = 2
-#: Slots the tracing issue fills (trace_enabled, max_events, 2 counters, 13 buffers), zero when off.
-TRACING_SLOTS = int(tracing.NUM_SLOTS)
-#: Slots of wait timeouts and the flight recorder (``iris.device.flight``), after the tracing slots.
-FLIGHT_SLOTS = flight.NUM_SLOTS
-
-
-def context_length(world_size: int) -> int:
-    """Number of int64 slots in the context tensor of a ``world_size``-rank job."""
-    return HEADER_SLOTS + world_size + 1 + TRACING_SLOTS + FLIGHT_SLOTS
-
-
-def flight_slot(world_size: int, slot: int) -> int:
-    """Index in the context tensor of flight slot ``slot`` (``iris.device.flight.SLOT_*``)."""
-    return HEADER_SLOTS + world_size + 1 + TRACING_SLOTS + int(slot)
 
 
 @constexpr_function
@@ -85,7 +62,9 @@ class DeviceContext:
         Example:
             >>> ctx = iris.DeviceContext.initialize(context, rank, world_size)
         """
-        heap_bases = (context_tensor + 2).to(_heap_bases_type(context_tensor.dtype), bitcast=True)
+        heap_bases = layout.heap_bases_of(context_tensor).to(
+            _heap_bases_type(context_tensor.dtype), bitcast=True
+        )
         no_tile = tl.full([], -1, tl.int32)
         return DeviceContext(
             tl.cast(rank, tl.int32), tl.cast(world_size, tl.int32), heap_bases, no_tile, no_tile

@@ -9,9 +9,9 @@ spins, the wait sits in its program's *pending* entry (``PENDING_SLOTS`` per SM
 region, after the ring), written without atomics or barriers because each thread
 of a spinning program leaves the loop at its own poll; when it ends, the pending
 entry is cleared and the ring gets its begin and end. Data ops
-(``load``/``store``/``get``/``put``/``copy``) are recorded only in the traced
-variant of a kernel (see ``iris.device.tracing``), so the code of an untraced data
-op is unchanged. ``IRIS_FLIGHT=0`` at import compiles the ring out.
+(``load``/``store``/``get``/``put``/``copy``) are not recorded here: they are what
+tracing records, and a ring entry per data op doubled what a traced data op costs
+(docs/tracing.md). ``IRIS_FLIGHT=0`` at import compiles the ring out.
 
 An op claims its slot with a relaxed GPU-scope atomic on its SM's counter and
 writes the entry with one coalesced 64-byte store; it never waits for its own
@@ -24,7 +24,7 @@ Entry (8 x int64)::
     0 seq (claim index + 1; 0 = never written)
     1 kind | sub << 8 | cur_rank << 16 | target_rank << 32 | sm << 48
     2 pid | op_id << 32                  (op_id: which API issued a wait, see OP_IDS)
-    3 heap offset of the flag or lowest byte touched
+    3 heap offset of the flag or of a block's first element
     4 value signalled, added, swapped in, or waited for
     5 timestamp (%globaltimer; the tracing start stamp in traced kernels)
     6 for wait ends: the value seen; for block ops: bytes touched
@@ -49,12 +49,12 @@ from iris_trace import schema
 
 from ..config import FLIGHT as _FLIGHT
 from . import intrinsics as hw
-from . import tracing
+from . import layout, tracing
 
 #: Compile-time switch (``IRIS_FLIGHT=0`` removes the recorder from every kernel).
 ENABLED: tl.constexpr = tl.constexpr(_FLIGHT)
 
-# Slots after the tracing slots in the context tensor (see iris.device.context).
+# This recorder's slots of the context tensor (``iris.device.layout.flight_slots``).
 SLOT_TIMEOUT_NS: tl.constexpr = tl.constexpr(0)
 SLOT_RING: tl.constexpr = tl.constexpr(1)
 SLOT_RING_MASK: tl.constexpr = tl.constexpr(2)
@@ -62,7 +62,6 @@ SLOT_NUM_REGIONS: tl.constexpr = tl.constexpr(3)
 SLOT_COUNTERS: tl.constexpr = tl.constexpr(4)
 SLOT_REPORT: tl.constexpr = tl.constexpr(5)
 SLOT_CLAIM: tl.constexpr = tl.constexpr(6)
-NUM_SLOTS = 7
 
 ENTRY_WORDS: tl.constexpr = tl.constexpr(schema.ENTRY_WORDS)
 #: int64 stride between per-SM counters: one 128-byte line each.
@@ -124,8 +123,7 @@ def _is_block(value_type):
 
 @triton.jit
 def _slots(heap_bases):
-    world_size = tl.load(heap_bases - 1).to(tl.int64, bitcast=True)
-    return heap_bases + world_size + 1 + tracing.NUM_SLOTS
+    return layout.flight_slots(heap_bases)
 
 
 @triton.jit
@@ -210,9 +208,8 @@ def record(
                 when = tl.cast(stamp, tl.int64)
             else:
                 when = hw.timer_ns()
-            cur_rank = tl.load(heap_bases - 2).to(tl.int64, bitcast=True)
-            local_base = tl.load(heap_bases + cur_rank).to(tl.int64, bitcast=True)
-            offset, nbytes = tracing._touched(pointer, mask, local_base)
+            cur_rank = layout.cur_rank(heap_bases)
+            offset, nbytes = tracing._touched(pointer, mask, layout.heap_base(heap_bases, cur_rank))
             if _is_block(pointer.type):
                 extra_word = nbytes
             else:
@@ -259,8 +256,8 @@ def note_waiting(heap_bases, pointer, cmp: tl.constexpr, value, now, op: tl.cons
     if ENABLED:
         slots = _slots(heap_bases)
         if _word(slots, SLOT_RING) != 0:
-            cur_rank = tl.load(heap_bases - 2).to(tl.int64, bitcast=True)
-            offset = pointer.to(tl.int64) - tl.load(heap_bases + cur_rank).to(tl.int64, bitcast=True)
+            cur_rank = layout.cur_rank(heap_bases)
+            offset = pointer.to(tl.int64) - layout.heap_base(heap_bases, cur_rank)
             word, data = _entry(
                 1,
                 WAIT_BEGIN,
@@ -284,13 +281,6 @@ def clear_waiting(heap_bases):
         slots = _slots(heap_bases)
         if _word(slots, SLOT_RING) != 0:
             tl.store(_pending_entry(slots), 0)
-
-
-@triton.jit
-def record_data(heap_bases, kind: tl.constexpr, target_rank, pointer, mask, stamp):
-    """A data op's entry: only in traced kernels, so untraced data ops compile as before."""
-    if tracing.compiled_in(heap_bases.dtype):
-        record(heap_bases, kind, 0, target_rank, pointer, 0, 0, stamp, mask)
 
 
 @triton.jit
@@ -319,8 +309,8 @@ def expire(heap_bases, pointer, cmp: tl.constexpr, value, seen, waited_ns, timeo
     offset = pointer.to(tl.int64)
     if heap_bases is not None:
         slots = _slots(heap_bases)
-        rank = tl.load(heap_bases - 2).to(tl.int64, bitcast=True)
-        offset = offset - tl.load(heap_bases + rank).to(tl.int64, bitcast=True)
+        rank = layout.cur_rank(heap_bases)
+        offset = offset - layout.heap_base(heap_bases, rank)
         claim = _word(slots, SLOT_CLAIM)
         report = _word(slots, SLOT_REPORT)
         if claim != 0:

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from ..config import DEBUG as _DEBUG
-from . import flight, tracing
+from . import flight, layout, tracing
 from . import intrinsics as hw
 
 DEBUG: tl.constexpr = tl.constexpr(_DEBUG)
@@ -30,19 +30,15 @@ HEAP_BASE_ALIGNMENT: tl.constexpr = tl.constexpr(4096)
 
 @triton.jit
 def _check_rank(rank, heap_bases, op: tl.constexpr):
-    # heap_bases[-1] holds the world size (see iris.context for the layout).
-    world_size = tl.load(heap_bases - 1).to(tl.int64, bitcast=True)
+    world_size = layout.world_size(heap_bases)
     rank64 = tl.cast(rank, tl.int64)
     hw.device_check((rank64 >= 0) & (rank64 < world_size), op + ": rank out of range")
 
 
 @triton.jit
 def _check_in_heap(ptr, local_rank, heap_bases, mask, op: tl.constexpr):
-    world_size = tl.load(heap_bases - 1).to(tl.int64, bitcast=True)
-    heap_size = tl.load(heap_bases + world_size).to(tl.int64, bitcast=True)
-    local_base = tl.load(heap_bases + local_rank).to(tl.int64, bitcast=True)
-    offset = ptr.to(tl.int64) - local_base
-    inside = (offset >= 0) & (offset < heap_size)
+    offset = ptr.to(tl.int64) - layout.heap_base(heap_bases, local_rank)
+    inside = (offset >= 0) & (offset < layout.heap_size(heap_bases))
     if mask is not None:
         inside = inside | (mask == 0)
     hw.device_check(inside, op + ": pointer is outside the symmetric heap")
@@ -73,8 +69,8 @@ def translate(
         _check_rank(local_rank, heap_bases, op)
         _check_rank(remote_rank, heap_bases, op)
         _check_in_heap(ptr, local_rank, heap_bases, mask, op)
-    local_base = tl.load(heap_bases + local_rank).to(tl.int64, bitcast=True)
-    remote_base = tl.load(heap_bases + remote_rank).to(tl.int64, bitcast=True)
+    local_base = layout.heap_base(heap_bases, local_rank)
+    remote_base = layout.heap_base(heap_bases, remote_rank)
     # The distance is counted in elements and added to the typed pointer: Triton's
     # alignment analysis then carries the pointer's divisibility and contiguity through
     # (both bases are page aligned). Byte arithmetic through an int8 pointer and back
@@ -115,7 +111,6 @@ def load(
     remote = translate(pointer, to_rank, from_rank, heap_bases, mask, "iris.load", hint)
     result = tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
     tracing.end(heap_bases, start, tracing.LOAD, from_rank, pointer, mask, 0, pid_m, pid_n)
-    flight.record_data(heap_bases, tracing.LOAD, from_rank, pointer, mask, start)
     return result
 
 
@@ -143,7 +138,6 @@ def store(
     remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.store", hint)
     tl.store(remote, value, mask=mask, cache_modifier=cache_modifier)
     tracing.end(heap_bases, start, tracing.STORE, to_rank, pointer, mask, 0, pid_m, pid_n)
-    flight.record_data(heap_bases, tracing.STORE, to_rank, pointer, mask, start)
 
 
 @triton.jit
@@ -179,8 +173,7 @@ def get(
         >>> iris.get(src + offs, dst + offs, cur_rank, peer, heap_bases, mask=offs < n)  # same
     """
     start = tracing.begin(heap_bases)
-    # The caller's rank is the context tensor's first slot, two before heap_bases.
-    caller = tl.load(heap_bases - 2).to(tl.int64, bitcast=True)
+    caller = layout.cur_rank(heap_bases)
     upstream_order = from_rank == caller
     source = tl.where(upstream_order, to_rank, from_rank)
     space = tl.where(upstream_order, from_rank, to_rank)
@@ -188,7 +181,6 @@ def get(
     data = tl.load(remote, mask=mask, other=other, cache_modifier=load_cache_modifier)
     tl.store(to_ptr, data, mask=mask, cache_modifier=store_cache_modifier)
     tracing.end(heap_bases, start, tracing.GET, source, from_ptr, mask, 0, pid_m, pid_n)
-    flight.record_data(heap_bases, tracing.GET, source, from_ptr, mask, start)
 
 
 @triton.jit
@@ -219,7 +211,6 @@ def put(
     data = tl.load(from_ptr, mask=mask, other=other, cache_modifier=load_cache_modifier)
     tl.store(remote, data, mask=mask, cache_modifier=store_cache_modifier)
     tracing.end(heap_bases, start, tracing.PUT, to_rank, to_ptr, mask, 0, pid_m, pid_n)
-    flight.record_data(heap_bases, tracing.PUT, to_rank, to_ptr, mask, start)
 
 
 @triton.jit
@@ -249,7 +240,6 @@ def copy(
     data = tl.load(source, mask=mask, other=other, cache_modifier=load_cache_modifier)
     tl.store(target, data, mask=mask, cache_modifier=store_cache_modifier)
     tracing.end(heap_bases, start, tracing.COPY, to_rank, dst_ptr, mask, 0, pid_m, pid_n)
-    flight.record_data(heap_bases, tracing.COPY, to_rank, dst_ptr, mask, start)
 
 
 @triton.jit
@@ -755,7 +745,7 @@ def wait_until(
     """
     if heap_bases is not None:
         start = tracing.begin(heap_bases)
-        caller = tl.load(heap_bases - 2)
+        caller = layout.cur_rank(heap_bases)
         if from_rank is None:
             polled = pointer
             owner = caller

@@ -9,11 +9,11 @@ launched with the plain tensor compiles to exactly the code it had before
 tracing existed. A traced variant still checks the run-time ``trace_enabled``
 flag, so launching it while the host has tracing disabled records nothing.
 
-**Where events go.** The context slots after ``heap_size`` (see
-``iris.device.context``) hold the tracing state; the buffers are on the
-symmetric heap. Events are spread over one region per SM: an op claims a slot
-with an atomic on its own SM's counter (no GPU-wide serialisation) and writes
-one 64-byte record; a full region counts the event as dropped instead.
+**Where events go.** The context's tracing slots (``iris.device.layout``) hold the
+tracing state; the buffers are on the symmetric heap. Events are spread over one
+region per SM: an op claims a slot with an atomic on its own SM's counter (no
+GPU-wide serialisation) and writes one 64-byte record; a full region counts the
+event as dropped instead.
 
 The record layout and every event id are in ``iris_trace.schema``, the one place
 the device recorder and every reader take them from.
@@ -26,6 +26,7 @@ from triton.runtime.jit import constexpr_function
 from iris_trace import schema
 
 from . import intrinsics as hw
+from . import layout
 from .aggregate import aggregate
 
 # Event kinds (``event_id``) and record layout: constexpr copies of ``iris_trace.schema``.
@@ -54,7 +55,6 @@ SLOT_NUM_REGIONS: tl.constexpr = tl.constexpr(schema.SLOT_NUM_REGIONS)
 SLOT_COUNTERS: tl.constexpr = tl.constexpr(schema.SLOT_COUNTERS)
 SLOT_DROPPED: tl.constexpr = tl.constexpr(schema.SLOT_DROPPED)
 SLOT_RECORDS: tl.constexpr = tl.constexpr(schema.SLOT_RECORDS)
-NUM_SLOTS: tl.constexpr = tl.constexpr(schema.TRACING_SLOTS)
 COUNTER_STRIDE: tl.constexpr = tl.constexpr(schema.COUNTER_STRIDE)
 RECORD_WORDS: tl.constexpr = tl.constexpr(schema.RECORD_WORDS)
 _CUR_RANK_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_CUR_RANK_SHIFT)
@@ -175,39 +175,105 @@ def _linear_pid():
     return tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
 
 
+@constexpr_function
+def _rank_of(pointer_type):
+    return len(pointer_type.shape)
+
+
+@triton.jit
+def _index_order(ptr):
+    # Each element's position in row-major order of the block (1 to 3 dimensions).
+    if _rank_of(ptr.type) == 1:
+        index = tl.arange(0, ptr.shape[0])
+    elif _rank_of(ptr.type) == 2:
+        index = tl.arange(0, ptr.shape[0])[:, None] * ptr.shape[1] + tl.arange(0, ptr.shape[1])[None, :]
+    else:
+        rows = tl.arange(0, ptr.shape[0])[:, None, None] * (ptr.shape[1] * ptr.shape[2])
+        index = rows + tl.arange(0, ptr.shape[1])[None, :, None] * ptr.shape[2]
+        index = index + tl.arange(0, ptr.shape[2])[None, None, :]
+    return index
+
+
+@triton.jit
+def _earlier(address_a, index_a, address_b, index_b):
+    take_a = index_a < index_b
+    return tl.where(take_a, address_a, address_b), tl.where(take_a, index_a, index_b)
+
+
 @triton.jit
 def _touched(ptr, mask, local_base):
-    """(heap offset of the lowest active byte, payload bytes) of an access (bytes 0: none active)."""
+    """(heap offset of the block's first element, payload bytes) of an access (bytes 0: none active).
+
+    The offset is the first element's in row-major order (element ``[0, 0]`` of a tile),
+    whether or not the mask leaves it active: the lowest byte touched for every block
+    whose addresses ascend and whose mask cuts its end (tiles, flat ranges). Naming the
+    first element costs a kernel almost no registers (the compiler folds the reduction
+    to one address per thread); the lowest of all active addresses would keep every
+    address of the block live, which in a GEMM epilogue costs ~45 registers per thread
+    and halves occupancy even while tracing is disabled (docs/tracing.md). Blocks of
+    four or more dimensions still take the lowest address.
+    """
     if _is_block(ptr.type):
         addresses = ptr.to(tl.int64)
+        if _rank_of(ptr.type) <= 3:
+            # Flattened as tl.reduce(axis=None) flattens a tuple (which the interpreter
+            # cannot): the two reshapes may reorder elements, the same way, so pairs stay pairs.
+            flat_addresses = tl.reshape(addresses, [_numel(ptr.type)], can_reorder=True)
+            flat_index = tl.reshape(_index_order(ptr), [_numel(ptr.type)], can_reorder=True)
+            first, _ = tl.reduce((flat_addresses, flat_index), 0, _earlier)
+        else:
+            first = tl.min(addresses)
         if mask is None:
-            lowest = tl.min(addresses)
             count = _numel(ptr.type)
         else:
-            active = mask != 0
-            count = tl.sum(active.to(tl.int64))
-            # A block with no active lane touches nothing: name its first address, a valid one.
-            lowest = tl.min(tl.where(active | (count == 0), addresses, 0x7FFFFFFFFFFFFFFF))
+            count = tl.sum((mask != 0).to(tl.int64))
     else:
-        lowest = ptr.to(tl.int64)
+        first = ptr.to(tl.int64)
         count = 1
-    return lowest - local_base, count * _element_bytes(ptr.type)
+    return first - local_base, count * _element_bytes(ptr.type)
+
+
+@triton.jit
+def enabled(heap_bases):
+    """Whether the host has tracing enabled now (the run-time flag; read it only in traced variants).
+
+    Example:
+        >>> if tracing.compiled_in(heap_bases.dtype):
+        >>>     if tracing.enabled(heap_bases):
+        >>>         tracing.record(heap_bases, start, tracing.PUT, peer, ptr, mask)
+    """
+    return tl.load(layout.tracing_slots(heap_bases) + SLOT_ENABLED) != 0
 
 
 @triton.jit
 def end(heap_bases, start, event: tl.constexpr, target_rank, ptr, mask=None, value=0, pid_m=-1, pid_n=-1):
     """Record one event that began at ``start`` (nothing when compiled out, disabled, or when
-    ``mask`` leaves no lane of a block op active)."""
+    ``mask`` leaves no lane of a block op active).
+
+    Example:
+        >>> start = tracing.begin(heap_bases)
+        >>> tl.atomic_add(remote, 1, sem="release", scope="sys")
+        >>> tracing.end(heap_bases, start, tracing.ATOMIC_ADD, peer, flag)
+    """
     if compiled_in(heap_bases.dtype):
-        world_size = tl.load(heap_bases - 1)
-        slots = heap_bases + world_size + 1
-        if tl.load(slots + SLOT_ENABLED) != 0:
-            stop = hw.timer_ns()
-            cur_rank = tl.load(heap_bases - 2)
-            offset, nbytes = _touched(ptr, mask, tl.load(heap_bases + cur_rank))
-            # A fully masked-off block op moved nothing: it is not an event.
-            if nbytes != 0:
-                _write(slots, start, stop, event, cur_rank, target_rank, offset, nbytes, value, pid_m, pid_n)
+        if enabled(heap_bases):
+            record(heap_bases, start, event, target_rank, ptr, mask, value, pid_m, pid_n)
+
+
+@triton.jit
+def record(heap_bases, start, event: tl.constexpr, target_rank, ptr, mask=None, value=0, pid_m=-1, pid_n=-1):
+    """:func:`end` for a caller that has checked :func:`compiled_in` and :func:`enabled` itself.
+
+    Example:
+        >>> tracing.record(heap_bases, start, tracing.STORE, peer, ptr, mask)
+    """
+    stop = hw.timer_ns()
+    cur_rank = layout.cur_rank(heap_bases)
+    offset, nbytes = _touched(ptr, mask, layout.heap_base(heap_bases, cur_rank))
+    # A fully masked-off block op moved nothing: it is not an event.
+    if nbytes != 0:
+        slots = layout.tracing_slots(heap_bases)
+        _write(slots, start, stop, event, cur_rank, target_rank, offset, nbytes, value, pid_m, pid_n)
 
 
 @triton.jit
@@ -276,12 +342,11 @@ def record_dma(heap_bases, start, target_rank, offset, nbytes):
         >>> tracing.record_dma(heap_bases, tl.load(stamps + lane), peer, offset, nbytes)
     """
     if compiled_in(heap_bases.dtype):
-        world_size = tl.load(heap_bases - 1)
-        slots = heap_bases + world_size + 1
-        if tl.load(slots + SLOT_ENABLED) != 0:
-            cur_rank = tl.load(heap_bases - 2)
+        if enabled(heap_bases):
             stop = hw.timer_ns()
             lane = DMA_CU_BASE + target_rank
+            slots = layout.tracing_slots(heap_bases)
+            cur_rank = layout.cur_rank(heap_bases)
             _write(slots, start, stop, DMA_PUT, cur_rank, target_rank, offset, nbytes, 0, -1, -1, lane)
 
 
@@ -307,8 +372,7 @@ def trace_end(heap_bases, start, scope: tl.constexpr = 0, pid_m=-1, pid_n=-1):
         >>> iris.trace_end(heap_bases, t, scope=1)
     """
     if compiled_in(heap_bases.dtype):
-        world_size = tl.load(heap_bases - 1)
-        slots = heap_bases + world_size + 1
-        if tl.load(slots + SLOT_ENABLED) != 0:
-            cur_rank = tl.load(heap_bases - 2)
+        if enabled(heap_bases):
+            slots = layout.tracing_slots(heap_bases)
+            cur_rank = layout.cur_rank(heap_bases)
             _write(slots, start, hw.timer_ns(), SCOPE_BASE + scope, cur_rank, -1, -1, 0, 0, pid_m, pid_n)

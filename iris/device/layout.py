@@ -1,0 +1,151 @@
+"""The context tensor's layout: where every slot is, for the host and for kernels.
+
+Each rank hands its kernels one int64 tensor (``Iris.get_device_context()``) that holds
+everything a device op needs to know about the job::
+
+    [cur_rank, world_size, heap_base_0 .. heap_base_{n-1}, heap_size,
+     <TRACING_SLOTS tracing slots>, <FLIGHT_SLOTS flight-recorder slots>]
+
+The functional API's ``heap_bases`` (``Iris.get_heap_bases()``) is a view of the
+``heap_base_*`` slots, so every other slot is reachable from it: the rank two slots
+before it, the world size one before, the heap size ``world_size`` after it, then the
+tracing and flight slots. The host builds and fills the tensor through the functions
+below and kernels read it through the accessors below; no other module counts slots.
+
+The tracing slots' contents are part of the trace format (``iris_trace.schema``:
+``SLOT_*``); the flight recorder's are ``iris.device.flight.SLOT_*``.
+
+Example:
+    >>> @triton.jit
+    >>> def kernel(buf, heap_bases):
+    >>>     rank = layout.cur_rank(heap_bases)
+    >>>     peer = (rank + 1) % layout.world_size(heap_bases)
+"""
+
+import triton
+import triton.language as tl
+
+from iris_trace import schema
+
+#: Slots before the heap bases: this rank, then the world size.
+RANK_SLOT = 0
+WORLD_SIZE_SLOT = 1
+HEADER_SLOTS = 2
+#: Slots of the tracing state (``iris_trace.schema.SLOT_*``), zero while tracing was never enabled.
+TRACING_SLOTS = schema.TRACING_SLOTS
+#: Slots of wait timeouts and the flight recorder (``iris.device.flight.SLOT_*``).
+FLIGHT_SLOTS = 7
+
+# Constexpr copies for kernels: slots before heap_bases, counted back from it.
+_HEADER: tl.constexpr = tl.constexpr(HEADER_SLOTS)
+_RANK_BACK: tl.constexpr = tl.constexpr(HEADER_SLOTS - RANK_SLOT)
+_WORLD_SIZE_BACK: tl.constexpr = tl.constexpr(HEADER_SLOTS - WORLD_SIZE_SLOT)
+_TRACING_SLOTS: tl.constexpr = tl.constexpr(TRACING_SLOTS)
+
+
+# ---------------------------------------------------------------- host side
+def context_length(world_size: int) -> int:
+    """Number of int64 slots in the context tensor of a ``world_size``-rank job.
+
+    Example:
+        >>> context = torch.zeros(layout.context_length(4), dtype=torch.int64)
+    """
+    return HEADER_SLOTS + world_size + 1 + TRACING_SLOTS + FLIGHT_SLOTS
+
+
+def heap_bases_slots(world_size: int) -> slice:
+    """The context slots ``heap_bases`` views: one heap base per rank.
+
+    Example:
+        >>> heap_bases = context[layout.heap_bases_slots(4)].view(torch.uint64)
+    """
+    return slice(HEADER_SLOTS, HEADER_SLOTS + world_size)
+
+
+def tracing_slot(world_size: int, slot: int) -> int:
+    """Index in the context tensor of tracing slot ``slot`` (``iris_trace.schema.SLOT_*``).
+
+    Example:
+        >>> context[layout.tracing_slot(4, schema.SLOT_ENABLED)] = 1
+    """
+    return HEADER_SLOTS + world_size + 1 + int(slot)
+
+
+def flight_slot(world_size: int, slot: int) -> int:
+    """Index in the context tensor of flight slot ``slot`` (``iris.device.flight.SLOT_*``).
+
+    Example:
+        >>> context[layout.flight_slot(4, flight.SLOT_TIMEOUT_NS)] = 10**9
+    """
+    return tracing_slot(world_size, TRACING_SLOTS + int(slot))
+
+
+# ---------------------------------------------------------------- device side
+@triton.jit
+def heap_bases_of(context):
+    """``heap_bases`` inside a kernel that was handed the whole context tensor.
+
+    Example:
+        >>> heap_bases = layout.heap_bases_of(context)
+    """
+    return context + _HEADER
+
+
+@triton.jit
+def cur_rank(heap_bases):
+    """This rank (int64).
+
+    Example:
+        >>> rank = layout.cur_rank(heap_bases)
+    """
+    return tl.load(heap_bases - _RANK_BACK).to(tl.int64, bitcast=True)
+
+
+@triton.jit
+def world_size(heap_bases):
+    """Number of ranks (int64).
+
+    Example:
+        >>> peers = layout.world_size(heap_bases) - 1
+    """
+    return tl.load(heap_bases - _WORLD_SIZE_BACK).to(tl.int64, bitcast=True)
+
+
+@triton.jit
+def heap_base(heap_bases, rank):
+    """Address of ``rank``'s heap as mapped in this process (int64).
+
+    Example:
+        >>> offset = ptr.to(tl.int64) - layout.heap_base(heap_bases, layout.cur_rank(heap_bases))
+    """
+    return tl.load(heap_bases + rank).to(tl.int64, bitcast=True)
+
+
+@triton.jit
+def heap_size(heap_bases):
+    """Bytes of each rank's heap mapping, reserved region included (int64).
+
+    Example:
+        >>> inside = (offset >= 0) & (offset < layout.heap_size(heap_bases))
+    """
+    return tl.load(heap_bases + world_size(heap_bases)).to(tl.int64, bitcast=True)
+
+
+@triton.jit
+def tracing_slots(heap_bases):
+    """Pointer to the first tracing slot (same element type as ``heap_bases``).
+
+    Example:
+        >>> on = tl.load(layout.tracing_slots(heap_bases) + schema.SLOT_ENABLED) != 0
+    """
+    return heap_bases + world_size(heap_bases) + 1
+
+
+@triton.jit
+def flight_slots(heap_bases):
+    """Pointer to the first flight-recorder slot (same element type as ``heap_bases``).
+
+    Example:
+        >>> timeout = tl.load(layout.flight_slots(heap_bases) + flight.SLOT_TIMEOUT_NS)
+    """
+    return tracing_slots(heap_bases) + _TRACING_SLOTS

@@ -2,7 +2,8 @@
 
 Every fused op is built on ``iris.ops.gemm.tile_gemm``; this times it alone, as the
 persistent ``matmul_kernel`` on every SM, beside ``torch.matmul`` (cuBLAS) in the same
-run. Shapes are the per-rank GEMMs of benchmarks/fused_ops.py on 4 ranks (N or K
+run: ``auto`` (the tiles :func:`iris.ops.config.gemm_config` picks for the shape), the
+128 x 256 x 64 tiles of the fused ops, and any ``--configs``. Shapes are the per-rank GEMMs of benchmarks/fused_ops.py on 4 ranks (N or K
 divided by 4). Each way runs ``--iters`` calls between CUDA events, in ``--trials``
 trials that go round every way in a new (seeded) order; each figure is the median
 trial. Each result is checked against cuBLAS on fresh random inputs, on a poisoned
@@ -11,6 +12,7 @@ output, before any timing.
     python benchmarks/gemm.py --out benchmarks/results/gemm_h200.json
     ... --shapes "4096,2048,8192;4096,3584,4096"   (per-rank M,N,K)
     ... --configs "num_stages=4;block_n=128"        more tile settings
+    ... --configs "flatten=1"                       one pipelined loop over tiles and K
 
 The tile sweeps (``results/sweeps/gemm_tma_h200.json``, ``gemm_tma_tiles_h200.json``) come from
 commit a65719e, when ``tile_gemm`` could also load through tensor descriptors (Hopper's
@@ -29,7 +31,7 @@ import torch
 import triton
 from common import parse_configs, parse_shapes, relative_error, time_loop, write_report
 
-from iris.ops.config import FusedConfig
+from iris.ops.config import FusedConfig, flatten_tile_loop, gemm_config
 from iris.ops.gemm import matmul_kernel
 
 #: Per-rank GEMMs of fused_ops.py's default shapes on 4 ranks: GEMM + all-scatter and
@@ -41,7 +43,7 @@ DEFAULT_SHAPES = [
 ]
 
 
-def launch(a, b, c, config: FusedConfig, num_sms: int, untraced):
+def launch(a, b, c, config: FusedConfig, num_sms: int, untraced, flatten: bool = False):
     # ``untraced``: a uint64 heap_bases, so no tracing is compiled in (nor read).
     M, K = a.shape
     N = b.shape[1]
@@ -49,7 +51,8 @@ def launch(a, b, c, config: FusedConfig, num_sms: int, untraced):
     return matmul_kernel[(min(num_sms, tiles),)](
         a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), untraced,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        EVEN_K=K % config.block_k == 0, num_warps=config.num_warps, num_stages=config.num_stages,
+        EVEN_K=K % config.block_k == 0, FLATTEN=flatten, num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )  # fmt: skip
 
 
@@ -62,13 +65,15 @@ def measure_shape(shape, configs, args, num_sms: int) -> dict:
     expected = torch.matmul(a, b)
     ways = {"cublas": lambda: torch.matmul(a, b, out=c)}
     compiled, errors = {}, {}
-    for way, config in configs.items():
+    chosen = gemm_config(M, N, K, num_sms)
+    configs = {"auto": (chosen, flatten_tile_loop(chosen)), **configs}
+    for way, (config, flatten) in configs.items():
         c.fill_(float("nan"))
-        kernel = launch(a, b, c, config, num_sms, untraced)
+        kernel = launch(a, b, c, config, num_sms, untraced, flatten)
         torch.cuda.synchronize()
         errors[way] = relative_error(c, expected)
         compiled[way] = {"registers": kernel.n_regs, "spills": kernel.n_spills}
-        ways[way] = lambda config=config: launch(a, b, c, config, num_sms, untraced)
+        ways[way] = lambda config=config, flatten=flatten: launch(a, b, c, config, num_sms, untraced, flatten)
     order = list(ways)
     trials = {way: [] for way in ways}
     rng = random.Random(f"{shape}")
@@ -86,6 +91,7 @@ def measure_shape(shape, configs, args, num_sms: int) -> dict:
         "trials_ms": trials,
         "tflops": {way: flops / t / 1e9 for way, t in ms.items()},
         "of_cublas": {way: ms["cublas"] / t for way, t in ms.items() if way != "cublas"},
+        "auto": {**dataclasses.asdict(chosen), "flatten": flatten_tile_loop(chosen)},
         "relative_error": errors,
         "correct": all(e < 1e-2 for e in errors.values()),
         "compiled": compiled,
@@ -109,10 +115,11 @@ def main():
     started = time.time()
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     base = FusedConfig(block_n=256, num_stages=3)
-    configs = {"128x256x64 s3": base}
+    configs = {"128x256x64 s3": (base, False)}
     for changes in args.configs:
-        config = base.replace(**changes)
-        configs[",".join(f"{k}={v}" for k, v in changes.items())] = config
+        name = ",".join(f"{k}={v}" for k, v in changes.items())
+        flatten = bool(changes.pop("flatten", 0))
+        configs[name] = (base.replace(**changes), flatten)
     rows = []
     for shape in args.shapes:
         row = measure_shape(shape, configs, args, num_sms)
@@ -121,13 +128,17 @@ def main():
         print(
             f"{shape}: cuBLAS {row['tflops']['cublas']:6.1f} TFLOP/s; "
             + "  ".join(f"{w} {t:6.1f}" for w, t in row["tflops"].items() if w != "cublas")
-            + f"  best {best} ({row['of_cublas'][best]:.3f}x cuBLAS) ok={row['correct']}",
+            + f"  auto {row['of_cublas']['auto']:.3f}x cuBLAS, best {best} ({row['of_cublas'][best]:.3f}x)"
+            + f" ok={row['correct']}",
             flush=True,
         )
     report = {
         "iters": args.iters,
         "trials": args.trials,
-        "configs": {name: dataclasses.asdict(config) for name, config in configs.items()},
+        "configs": {
+            name: {**dataclasses.asdict(config), "flatten": flatten}
+            for name, (config, flatten) in configs.items()
+        },
         "results": rows,
         "seconds": time.time() - started,
     }

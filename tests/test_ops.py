@@ -239,6 +239,17 @@ def test_consumers_share_the_sms_only_where_that_saves_a_gemm_wave():
     assert default_config("cuda", 1024, 8192, 2048, 4, 132, "matmul_reduce_scatter").comm_rows == 32
 
 
+def test_plain_gemm_tiles_fill_the_last_wave_or_save_one():
+    from iris.ops.config import flatten_tile_loop, gemm_config
+
+    assert gemm_config(1024, 2048, 8192, 132).block_n == 128  # 64 wide tiles: half the SMs idle
+    assert gemm_config(4096, 3584, 4096, 132).block_n == 128  # 7 narrow waves beat 4 wide ones
+    assert gemm_config(4096, 14336, 1024, 132).block_n == 256  # at 16 K-steps narrow tiles cost too much
+    assert gemm_config(16384, 8192, 2048, 132).block_n == 256
+    assert flatten_tile_loop(gemm_config(1024, 8192, 2048, 132))
+    assert not flatten_tile_loop(gemm_config(1024, 2048, 8192, 132))
+
+
 def test_a_consumer_gets_the_registers_the_gemm_leaves_on_its_sm():
     assert registers_beside(224, 8, 4) == 64  # 57344 + 128 x 64 = 65536
     assert registers_beside(224, 8, 1) == 248  # 255 at most, in steps of 8

@@ -55,6 +55,7 @@ from .config import (
     FusedConfig,
     choose_variant,
     default_config,
+    flatten_tile_loop,
     last_wave_split,
     split_sm_registers,
 )
@@ -203,7 +204,8 @@ class Ops:
             else:
                 steps.append(PreparedLaunch(
                     matmul_kernel, (min(num_sms, tiles),),
-                    (A, B, block, M, N, K, *A.stride(), *B.stride(), *block.stride(), heap_bases), gemm,
+                    (A, B, block, M, N, K, *A.stride(), *B.stride(), *block.stride(), heap_bases),
+                    dict(gemm, FLATTEN=flatten_tile_loop(cfg)),
                 ))  # fmt: skip
             steps.append(PreparedLaunch(
                 all_scatter_kernel, (num_sms,),

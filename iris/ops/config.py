@@ -225,6 +225,51 @@ def default_config(
     return FusedConfig(block_n=128, num_stages=4, comm_sms=comm_sms)
 
 
+#: What a 128 x 128 tile (4 warps) costs beyond half a 128 x 256 one, in K-steps of
+#: BLOCK_K: its epilogue and pipeline fill, which the flattened 128 x 256 loop of
+#: :func:`flatten_tile_loop` hides. Fitted on one H200 (``benchmarks/gemm.py``,
+#: results/sweeps/gemm_flatten_h200.json): the narrow tile's time per FLOP over the wide
+#: one's was 1.02-1.05 at 128 K-steps, 1.06 at 64, 1.10-1.12 at 32, 1.22-1.23 at 16.
+NARROW_TILE_EXTRA_STEPS = 3.5
+
+
+def gemm_config(rows: int, cols: int, k: int, num_sms: int) -> FusedConfig:
+    """Tiles for a plain ``rows x cols x k`` GEMM (:func:`iris.ops.gemm.matmul_kernel`) on ``num_sms`` SMs.
+
+    128 x 256 tiles (8 warps, 3 stages, flattened loop) unless 128 x 128 ones (4 warps,
+    4 stages) finish sooner: a wave of wide tiles takes as long as two of narrow ones,
+    and each narrow tile costs ``NARROW_TILE_EXTRA_STEPS`` more K-steps, so narrow tiles
+    win where they fill the last wave much better (few tiles, or a wave saved).
+
+    Example:
+        >>> gemm_config(1024, 2048, 8192, 132).block_n   # 64 wide tiles would idle half the SMs
+        128
+    """
+    wide = FusedConfig(block_n=256, num_stages=3)
+    narrow = FusedConfig(block_n=128, num_warps=4, num_stages=4)
+
+    def waves(config: FusedConfig) -> int:
+        tiles = -(-rows // config.block_m) * -(-cols // config.block_n)
+        return -(-tiles // num_sms)
+
+    steps = max(1, -(-k // narrow.block_k))
+    narrow_cost = waves(narrow) * (1 + NARROW_TILE_EXTRA_STEPS / steps)
+    return narrow if narrow_cost < 2 * waves(wide) else wide
+
+
+def flatten_tile_loop(config: FusedConfig) -> bool:
+    """Whether :func:`iris.ops.gemm.matmul_kernel` runs with ``FLATTEN`` (one pipelined tile and K loop).
+
+    For 128 x 256 tiles it hid the epilogue (up to 11% faster at K = 1024 on one H200);
+    for 128 x 128 tiles at 4 warps it was slower at every measured shape.
+
+    Example:
+        >>> flatten_tile_loop(gemm_config(4096, 8192, 2048, 132))
+        True
+    """
+    return config.block_m * config.block_n >= 128 * 256
+
+
 def choose_variant(
     config: FusedConfig,
     backend: str,

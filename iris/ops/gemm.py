@@ -215,10 +215,13 @@ def matmul_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr,
+    FLATTEN: tl.constexpr = False,
 ):
     """Persistent ``C = A @ B``: program ``p`` of ``P`` computes tiles ``p, p + P, ...``.
 
     ``heap_bases`` only switches tracing on (compute scopes); ``c`` may be any tensor.
+    ``FLATTEN`` lets Triton's pipeliner treat the tile loop and the K loop as one, so
+    the next tile's loads overlap this tile's epilogue.
 
     Example:
         >>> matmul_kernel[(num_sms,)](a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(),
@@ -226,7 +229,7 @@ def matmul_kernel(
     """
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    for tile_id in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
+    for tile_id in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         compute_tile(
             a, b, c, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,

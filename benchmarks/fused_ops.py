@@ -47,7 +47,6 @@ from common import (
 )
 
 import iris
-from iris.ops import choose_variant, default_config
 from iris.ops.gemm import matmul_kernel
 
 OPS = ("gemm_all_scatter", "matmul_all_reduce", "matmul_reduce_scatter", "all_gather_matmul")
@@ -92,9 +91,7 @@ class Problem:
         self.flops = 2 * self.rows * self.cols * self.depth
         # The ctx.ops method that computes this op.
         self.ops_name = "matmul_all_gather" if op == "gemm_all_scatter" else op
-        self.config = default_config(
-            iris.BACKEND, self.rows, self.cols, self.depth, world, ctx.get_cu_count(), self.ops_name
-        )
+        self.config = ctx.ops.default_config(self.rows, self.cols, self.depth, self.ops_name)
         if args.comm_sms:
             self.config = self.config.replace(comm_sms=args.comm_sms)
 
@@ -150,17 +147,7 @@ class Problem:
             getattr(ops, self.op)(self.out, self.a, self.b, config=cfg)
 
     def auto_variant(self):
-        ctx = self.ctx
-        return choose_variant(
-            self.config,
-            iris.BACKEND,
-            self.rows,
-            self.cols,
-            self.depth,
-            ctx.get_num_ranks(),
-            ctx.get_cu_count(),
-            self.ops_name,
-        )
+        return self.ctx.ops.choose_variant(self.config, self.rows, self.cols, self.depth, self.ops_name)
 
 
 def measure(ctx, problem, args):

@@ -20,7 +20,6 @@ import sys
 import torch
 
 import iris
-from iris.ops import default_config
 from iris.ops.gemm import SCOPE_GEMM
 from iris_trace import analyze_trace, schema
 from iris_trace.plot import timeline
@@ -37,9 +36,7 @@ def main(out_dir: str) -> int:
     a = ctx.randn(M, K, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0))
     b = ctx.randn(K, n, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(1 + rank))
     c = ctx.full((M, world * n), float("nan"), dtype=torch.bfloat16)
-    config = default_config(iris.BACKEND, M, n, K, world, ctx.get_cu_count()).replace(
-        variant="workgroup_specialized"
-    )
+    config = ctx.ops.default_config(M, n, K).replace(variant="workgroup_specialized")
 
     ctx.tracing.enable(max_events=1 << 20 if gpu else 1 << 14)
     ctx.ops.matmul_all_gather(c, a, b, dim=1, config=config)  # compiles the traced kernel

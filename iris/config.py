@@ -19,17 +19,13 @@ from __future__ import annotations
 import os
 import tempfile
 
-from .backends import choose_backend_name
+from .backends import choose_backend_name, prepare_process
 
 BACKEND: str = choose_backend_name()
 DEBUG: bool = os.environ.get("IRIS_DEBUG", "0") not in ("", "0")
 
-if BACKEND == "emulated":
-    # Must happen before any @triton.jit runs, ours or the user's.
-    os.environ["TRITON_INTERPRET"] = "1"
-    from .backends import _interpreter_compat
-
-    _interpreter_compat.apply()
+# Must happen before any @triton.jit runs, ours or the user's.
+prepare_process(BACKEND)
 if DEBUG:
     # device_assert is compiled in only in Triton's debug mode.
     os.environ["TRITON_DEBUG"] = "1"

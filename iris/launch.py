@@ -39,12 +39,10 @@ def backend_environment() -> dict[str, str]:
     Under emulation that includes ``TRITON_INTERPRET=1``, so a rank's kernels are
     interpreted even where its script imports Triton before ``iris``.
     """
+    from .backends import process_environment
     from .config import BACKEND
 
-    env = {"IRIS_BACKEND": BACKEND}
-    if BACKEND == "emulated":
-        env["TRITON_INTERPRET"] = "1"
-    return env
+    return process_environment(BACKEND)
 
 
 def _run_rank(rank: int, fn, world_size: int, port: int, args: tuple) -> None:

@@ -72,7 +72,7 @@ def fused_signature(bases: str) -> dict:
 
 
 #: The GPU defaults of the shape where consumers share SMs (4 x H200, 4096 x 8192 x 8192).
-SHARING = default_config("cuda", 4096, 2048, 8192, 4, 132, "matmul_all_gather")
+SHARING = default_config(4096, 2048, 8192, 4, 132, "matmul_all_gather")
 
 #: The GPU default tile of a large GEMM + all-scatter (iris.ops.config.default_config).
 TILES = {

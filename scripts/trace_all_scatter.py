@@ -24,7 +24,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from common import parse_configs, time_loop  # noqa: E402
 
 import iris  # noqa: E402
-from iris.ops import default_config  # noqa: E402
 from iris.ops.gemm import SCOPE_GEMM  # noqa: E402
 from iris_trace.events import SCOPE_BASE  # noqa: E402
 
@@ -72,7 +71,7 @@ def main():
     a = ctx.randn(M, K, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0))
     b = ctx.randn(K, n, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(1 + rank))
     out = ctx.empty(M, world * n, dtype=torch.bfloat16)
-    base = default_config(iris.BACKEND, M, n, K, world, ctx.get_cu_count(), "matmul_all_gather")
+    base = ctx.ops.default_config(M, n, K, "matmul_all_gather")
     for changes in args.config:
         config = base.replace(**changes)
         call = lambda: ctx.ops.matmul_all_gather(out, a, b, dim=1, config=config)  # noqa: E731

@@ -220,23 +220,21 @@ def test_bad_arguments_fail_with_a_message(world):
 
 def test_auto_fuses_only_large_multi_rank_problems():
     cfg = FusedConfig()
-    assert choose_variant(cfg, "cuda", 1024, 512, 4096, 4, 132) == "unfused"
-    assert choose_variant(cfg, "cuda", 8192, 2048, 8192, 4, 132) == "fused"
-    assert choose_variant(cfg, "cuda", 8192, 2048, 8192, 1, 132) == "unfused"
-    assert choose_variant(cfg, "emulated", 8, 8, 8, 2, 8) == "fused"
-    assert choose_variant(cfg.replace(variant="unfused"), "cuda", 8192, 8192, 8192, 4, 132) == "unfused"
+    assert choose_variant(cfg, 1024, 512, 4096, 4, 132) == "unfused"
+    assert choose_variant(cfg, 8192, 2048, 8192, 4, 132) == "fused"
+    assert choose_variant(cfg, 8192, 2048, 8192, 1, 132) == "unfused"
+    assert choose_variant(cfg, 8, 8, 8, 2, 8, interpreted=True) == "fused"
+    assert choose_variant(cfg.replace(variant="unfused"), 8192, 8192, 8192, 4, 132) == "unfused"
 
 
 def test_consumers_share_the_sms_only_where_that_saves_a_gemm_wave():
     from iris.ops import default_config
 
     op = "matmul_all_gather"
-    assert (
-        default_config("cuda", 4096, 2048, 8192, 4, 132, op).consumer_warps == 2
-    )  # 256 tiles: 2 waves, not 3
-    assert default_config("cuda", 4096, 3584, 4096, 4, 132, op).consumer_warps == 0  # 448 tiles
-    assert default_config("cuda", 16384, 2048, 8192, 4, 132, op).consumer_warps == 0  # 1024 tiles
-    assert default_config("cuda", 1024, 8192, 2048, 4, 132, "matmul_reduce_scatter").comm_rows == 32
+    assert default_config(4096, 2048, 8192, 4, 132, op).consumer_warps == 2  # 256 tiles: 2 waves, not 3
+    assert default_config(4096, 3584, 4096, 4, 132, op).consumer_warps == 0  # 448 tiles
+    assert default_config(16384, 2048, 8192, 4, 132, op).consumer_warps == 0  # 1024 tiles
+    assert default_config(1024, 8192, 2048, 4, 132, "matmul_reduce_scatter").comm_rows == 32
 
 
 def test_plain_gemm_tiles_fill_the_last_wave_or_save_one():
@@ -272,15 +270,15 @@ def test_the_gemm_gives_up_registers_it_can_spare_for_its_consumer():
 
 def test_auto_all_gather_matmul_fuses_from_eight_tiles_per_sm():
     cfg, op = FusedConfig(), "all_gather_matmul"
-    assert choose_variant(cfg, "cuda", 4096, 3584, 4096, 4, 132, op) == "unfused"  # 6.8 tiles per SM
-    assert choose_variant(cfg, "cuda", 16384, 2048, 8192, 4, 132, op) == "fused"  # 15.5 tiles per SM
+    assert choose_variant(cfg, 4096, 3584, 4096, 4, 132, op) == "unfused"  # 6.8 tiles per SM
+    assert choose_variant(cfg, 16384, 2048, 8192, 4, 132, op) == "fused"  # 15.5 tiles per SM
 
 
 def test_auto_large_reduce_scatter_uses_the_copy_engines():
     cfg, op = FusedConfig(), "matmul_reduce_scatter"
-    assert choose_variant(cfg, "cuda", 16384, 8192, 2048, 4, 132, op) == "copy_engine"
-    assert choose_variant(cfg, "cuda", 4096, 14336, 1024, 4, 132, op) == "fused"
-    assert choose_variant(cfg, "emulated", 16384, 8192, 2048, 4, 8, op) == "fused"
+    assert choose_variant(cfg, 16384, 8192, 2048, 4, 132, op) == "copy_engine"
+    assert choose_variant(cfg, 4096, 14336, 1024, 4, 132, op) == "fused"
+    assert choose_variant(cfg, 16384, 8192, 2048, 4, 8, op, interpreted=True) == "fused"
 
 
 def _gpu_default_body(rank, world_size, dtype_name):
@@ -329,11 +327,7 @@ def _gpu_default_body(rank, world_size, dtype_name):
 
 
 def _default(ctx, m, n, k, variant):
-    from iris.ops import default_config
-
-    return default_config(iris.BACKEND, m, n, k, ctx.get_num_ranks(), ctx.get_cu_count()).replace(
-        variant=variant
-    )
+    return ctx.ops.default_config(m, n, k).replace(variant=variant)
 
 
 @pytest.mark.skipif(iris.BACKEND != "cuda", reason="GPU-sized tiles: the interpreter would take minutes")

@@ -28,6 +28,34 @@ def choose_backend_name() -> str:
     return "cuda" if visible_gpu_count() > 0 else "emulated"
 
 
+def process_environment(name: str) -> dict[str, str]:
+    """Variables that give a new process the backend ``name`` from its first import.
+
+    The emulation backend needs ``TRITON_INTERPRET=1`` before Triton is imported.
+
+    Example:
+        >>> process_environment("emulated")
+        {'IRIS_BACKEND': 'emulated', 'TRITON_INTERPRET': '1'}
+    """
+    env = {"IRIS_BACKEND": name}
+    if name == "emulated":
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+def prepare_process(name: str) -> None:
+    """Set this process up for backend ``name``, before any ``@triton.jit`` runs (``import iris``).
+
+    The emulation backend switches Triton to its interpreter and installs the
+    interpreter's fixes (``iris.backends._interpreter_compat``).
+    """
+    os.environ.update(process_environment(name))
+    if name == "emulated":
+        from . import _interpreter_compat
+
+        _interpreter_compat.apply()
+
+
 def make_backend(name: str) -> Backend:
     """Instantiate the backend called ``name``."""
     if name == "cuda":
@@ -41,4 +69,11 @@ def make_backend(name: str) -> Backend:
     return EmulatedBackend()
 
 
-__all__ = ["Allocation", "Backend", "choose_backend_name", "make_backend"]
+__all__ = [
+    "Allocation",
+    "Backend",
+    "choose_backend_name",
+    "make_backend",
+    "prepare_process",
+    "process_environment",
+]

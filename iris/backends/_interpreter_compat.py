@@ -21,6 +21,9 @@ Each fix changes nothing where the interpreter already works:
 - **Floating-point exchange.** The interpreter's ``atomic_xchg`` accepts only
   integers; an exchange moves bits, so 32- and 64-bit floats go through the
   integer of their width.
+- **Aggregate methods.** Triton's ``_aggregate`` attaches only compiled-mode
+  ``JITFunction`` members; under the interpreter they are ``InterpretedFunction``
+  objects and would be dropped (:func:`finish_aggregate` attaches them).
 """
 
 from __future__ import annotations
@@ -116,8 +119,31 @@ def _patch_float_exchange() -> None:
     builder.create_atomic_rmw = create_atomic_rmw
 
 
+_applied = False
+
+
+def finish_aggregate(value_cls, cls) -> None:
+    """Attach ``cls``'s methods to its aggregate ``value_cls`` where the interpreter runs (else nothing)."""
+    if not _applied:
+        return
+    for name, member in vars(cls).items():
+        if isinstance(member, staticmethod):
+            setattr(value_cls, name, member)
+        elif callable(member) and not name.startswith("__"):
+            setattr(value_cls, name, _as_method(member))
+
+
+def _as_method(interpreted):
+    def method(self, *args, **kwargs):
+        return interpreted(self, *args, **kwargs)
+
+    return method
+
+
 def apply() -> None:
     """Install every fix once per process."""
+    global _applied
+    _applied = True
     _patch_numpy_index()
     _patch_jit_functions()
     _patch_bf16_constants()

@@ -138,6 +138,42 @@ class Backend(ABC):
     def synchronize(self, device: torch.device, stream=None) -> None:
         """Wait until queued device work (on ``stream`` or the whole device) is done."""
 
+    def completion_event(self, device: torch.device):
+        """An event recorded on ``device``'s current stream now (``query()``, ``synchronize()``).
+
+        ``None`` where queued work is already done when its launch returns (the interpreter).
+
+        Example:
+            >>> event = ctx.backend.completion_event(ctx.get_device())
+            >>> done = event is None or event.query()
+        """
+        return None
+
+    def side_stream(self, device: torch.device):
+        """A new stream whose kernels run beside the current stream's (use it as ``with stream:``).
+
+        ``None`` where launches run one after another whatever the stream (the
+        interpreter): callers then launch in the order they must finish.
+
+        Example:
+            >>> side = ctx.backend.side_stream(ctx.get_device())
+        """
+        return None
+
+    def run_beside(self, side, first: Callable[[], None], second: Callable[[], None], hold=None) -> None:
+        """Launch ``first()`` on the current stream and ``second()`` beside it on ``side``.
+
+        Both follow the current stream's earlier work and precede its later work.
+        ``hold=(flag, value)`` keeps ``second`` from starting until int32 ``flag`` reaches
+        ``value`` (:meth:`wait_value`). Where launches run one after another (``side`` is
+        ``None``, see :meth:`side_stream`), ``first`` runs to its end, then ``second``.
+
+        Example:
+            >>> ctx.backend.run_beside(side, producer, consumer, hold=(started, programs))
+        """
+        first()
+        second()
+
     def wait_value(self, flag: torch.Tensor, value: int) -> None:
         """Hold the current stream's later work until int32 ``flag`` (device memory) is at least ``value``.
 

@@ -218,6 +218,24 @@ class CudaBackend(Backend):
         if err != driver.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"iris: cuStreamWaitValue32 failed with {err!r}")
 
+    def completion_event(self, device: torch.device):
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(device))
+        return event
+
+    def side_stream(self, device: torch.device):
+        return torch.cuda.Stream(device=device)
+
+    def run_beside(self, side, first, second, hold=None) -> None:
+        main = torch.cuda.current_stream()
+        side.wait_stream(main)  # the side's kernels must not see work queued before
+        first()
+        with torch.cuda.stream(side):
+            if hold is not None:
+                self.wait_value(*hold)
+            second()
+        main.wait_stream(side)
+
     def synchronize(self, device: torch.device, stream=None) -> None:
         if stream is None:
             torch.cuda.synchronize(device)

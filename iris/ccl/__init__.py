@@ -14,8 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import torch
-
 from .all_gather import all_gather as _all_gather
 from .all_reduce import AllReduceWorkspace, pick_variant
 from .all_reduce import all_reduce as _all_reduce
@@ -43,11 +41,9 @@ class Work:
         >>> work.wait()
     """
 
-    def __init__(self, device: torch.device):
-        self._event = None
-        if device.type == "cuda":
-            self._event = torch.cuda.Event()
-            self._event.record()
+    def __init__(self, event=None):
+        # ``event``: the backend's completion event (None: the work is already done).
+        self._event = event
 
     def is_completed(self) -> bool:
         """Whether the collective has finished on the device."""
@@ -75,7 +71,7 @@ class CCL:
         self._runtime = Runtime(ctx)
 
     def _done(self, async_op: bool):
-        return Work(self._ctx.get_device()) if async_op else None
+        return Work(self._ctx.backend.completion_event(self._ctx.get_device())) if async_op else None
 
     def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """Concatenate every member's ``input_tensor`` into ``output_tensor`` (``group_size * M`` rows).

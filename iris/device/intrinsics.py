@@ -9,6 +9,7 @@ if BACKEND == "emulated":
     from ._intrinsics_emulated import (
         HAS_STATIC_TIMEOUT,
         device_check,
+        dot_operand,
         fence_system,
         load_acquire,
         set_hang_describer,
@@ -24,6 +25,7 @@ else:
     from ._intrinsics_cuda import (
         HAS_STATIC_TIMEOUT,
         device_check,
+        dot_operand,
         fence_system,
         load_acquire,
         set_hang_describer,
@@ -39,6 +41,7 @@ else:
 __all__ = [
     "HAS_STATIC_TIMEOUT",
     "device_check",
+    "dot_operand",
     "fence_system",
     "load_acquire",
     "set_hang_describer",

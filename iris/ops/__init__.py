@@ -40,7 +40,6 @@ from __future__ import annotations
 import torch
 import triton
 
-from .. import config as _iris_config
 from ..prepared import PreparedLaunch
 from .all_scatter import (
     BOTH,
@@ -100,6 +99,41 @@ class Ops:
         self._epoch = None
         self._side_stream = None
         ctx.tracing.name_scope(int(SCOPE_GEMM), "gemm tile")
+
+    # ------------------------------------------------------------------ configuration
+    def default_config(self, rows: int, cols: int, k: int, op: str | None = None) -> FusedConfig:
+        """The configuration an op picks for a ``rows x cols`` per-rank output of depth ``k`` here.
+
+        :func:`iris.ops.config.default_config` with this context's world size, SM
+        count and backend; ``op`` names the ``ctx.ops`` method.
+
+        Example:
+            >>> cfg = ctx.ops.default_config(8192, 2048, 8192).replace(variant="fused_sequential")
+            >>> ctx.ops.matmul_all_gather(out, a, b, dim=1, config=cfg)
+        """
+        ctx = self._ctx
+        return default_config(
+            rows, cols, k, ctx.get_num_ranks(), ctx.get_cu_count(), op, interpreted=ctx.backend.interpreted
+        )
+
+    def choose_variant(self, config: FusedConfig, rows: int, cols: int, k: int, op: str | None = None) -> str:
+        """The variant ``config`` runs as here (:func:`iris.ops.config.choose_variant` for this context).
+
+        Example:
+            >>> ctx.ops.choose_variant(FusedConfig(), 1024, 1024, 4096)
+            'unfused'
+        """
+        ctx = self._ctx
+        return choose_variant(
+            config,
+            rows,
+            cols,
+            k,
+            ctx.get_num_ranks(),
+            ctx.get_cu_count(),
+            op,
+            interpreted=ctx.backend.interpreted,
+        )
 
     # ------------------------------------------------------------------ public ops
     def matmul_all_gather(self, out, A, B, dim: int = 0, async_op: bool = False, config=None):
@@ -321,10 +355,8 @@ class Ops:
 
     # ------------------------------------------------------------------ internals
     def _config_and_variant(self, config, rows, cols, k, op=None):
-        ctx = self._ctx
-        backend, world, num_sms = _iris_config.BACKEND, ctx.get_num_ranks(), ctx.get_cu_count()
-        cfg = config if config is not None else default_config(backend, rows, cols, k, world, num_sms, op)
-        return cfg, choose_variant(cfg, backend, rows, cols, k, world, num_sms, op)
+        cfg = config if config is not None else self.default_config(rows, cols, k, op)
+        return cfg, self.choose_variant(cfg, rows, cols, k, op)
 
     def _buffer(self, name, shape, dtype):
         numel = shape[0] * shape[1]
@@ -361,30 +393,20 @@ class Ops:
             options = dict(common, ROLE=role, **options)
             return PreparedLaunch(workgroup_specialized_kernel, (programs,), args, options)
 
-        if sharing and _iris_config.BACKEND == "cuda":
+        backend = self._ctx.backend
+        if sharing and not backend.interpreted:
             producer, consumer = _sm_sharing_launches(cfg, launch, gemm_programs, comm_programs)
         else:  # under emulation a sharing consumer differs only in its sleeps (no-ops there)
             producer = launch(PRODUCER, gemm_programs)
             consumer = launch(CONSUMER, comm_programs, BACKOFF_NS=SHARING_BACKOFF_NS if sharing else 0)
-        if _iris_config.BACKEND != "cuda":
-            # The interpreter runs launches one after another: producer first, then its consumer.
-            return [producer, consumer]
         if self._side_stream is None:
-            self._side_stream = torch.cuda.Stream(device=self._ctx.get_device())
-        side = self._side_stream
-        started = tickets[2:3]  # producer programs started in this call
+            self._side_stream = backend.side_stream(self._ctx.get_device())
+        # Consumers that reached the SMs first could keep GEMM programs off them while
+        # waiting for their tiles: when sharing, they are launched once all have started.
+        started = (tickets[2:3], gemm_programs) if sharing else None
 
         def run():
-            main = torch.cuda.current_stream()
-            side.wait_stream(main)  # the consumer must not see flags or data of work queued before
-            producer()
-            with torch.cuda.stream(side):
-                if sharing:
-                    # Consumers that reached the SMs first could keep GEMM programs off
-                    # them while waiting for their tiles: launch once all have started.
-                    self._ctx.backend.wait_value(started, gemm_programs)
-                consumer()
-            main.wait_stream(side)
+            backend.run_beside(self._side_stream, producer, consumer, started)
 
         return [run]
 

@@ -198,21 +198,29 @@ def sharing_saves_a_wave(tiles: int, num_sms: int, comm_sms: int) -> bool:
 
 
 def default_config(
-    backend: str, rows: int, cols: int, k: int, world_size: int, num_sms: int, op: str | None = None
+    rows: int,
+    cols: int,
+    k: int,
+    world_size: int,
+    num_sms: int,
+    op: str | None = None,
+    *,
+    interpreted: bool = False,
 ) -> FusedConfig:
     """Defaults for a ``rows x cols`` per-rank output with reduction depth ``k``.
 
-    Under emulation: tiny tiles (the interpreter runs each program in Python). On
-    GPUs: 128 x 256 x 64 tiles when there are at least two waves of them, else
+    ``ctx.ops.default_config(rows, cols, k, op)`` fills in the rest from the context.
+    ``interpreted`` (the emulation backend): tiny tiles, as the interpreter runs each
+    program in Python. On GPUs: 128 x 256 x 64 tiles when there are at least two waves of them, else
     128 x 128 (fewer idle SMs in the last wave). For ``op="matmul_all_gather"``,
     consumers that share the SMs (``consumer_warps=2``, ``comm_rows=16``) where
     :func:`sharing_saves_a_wave` (measured: 16-row steps slow the other ops' kernels).
 
     Example:
-        >>> default_config("cuda", 8192, 2048, 8192, 4, 132).block_n
+        >>> default_config(8192, 2048, 8192, 4, 132).block_n
         256
     """
-    if backend == "emulated":
+    if interpreted:
         return FusedConfig(
             block_m=32, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=1, comm_sms=2, comm_rows=16
         )
@@ -272,17 +280,20 @@ def flatten_tile_loop(config: FusedConfig) -> bool:
 
 def choose_variant(
     config: FusedConfig,
-    backend: str,
     rows: int,
     cols: int,
     k: int,
     world_size: int,
     num_sms: int,
     op: str | None = None,
+    *,
+    interpreted: bool = False,
 ):
     """``"fused"``, ``"unfused"`` or ``"copy_engine"`` (or the explicit variant in ``config``).
 
-    ``auto`` under emulation always fuses (so the fused kernels are what CI checks).
+    ``ctx.ops.choose_variant(config, rows, cols, k, op)`` fills in the rest from the
+    context. ``auto`` when ``interpreted`` (the emulation backend) always fuses (so the
+    fused kernels are what CI checks).
     On GPUs it fuses when there is communication to hide (more than one rank) and
     enough work to hide it behind (see :data:`MIN_TILES_PER_SM`, :data:`MIN_K`;
     ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM`); a large
@@ -290,12 +301,12 @@ def choose_variant(
     ``rows`` and ``cols`` are the per-rank GEMM's output (``op`` names the ``ctx.ops`` method).
 
     Example:
-        >>> choose_variant(FusedConfig(), "cuda", 1024, 1024, 4096, 4, 132)
+        >>> choose_variant(FusedConfig(), 1024, 1024, 4096, 4, 132)
         'unfused'
     """
     if config.variant != "auto":
         return config.variant
-    if backend == "emulated":
+    if interpreted:
         return "fused"
     if world_size == 1 or k < MIN_K:
         return "unfused"

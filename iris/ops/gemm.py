@@ -17,12 +17,8 @@ Example:
 import triton
 import triton.language as tl
 
-from ..config import BACKEND
+from ..device import intrinsics as hw
 from ..device import tracing
-
-# The Triton 3.6 interpreter multiplies bf16 tiles as raw bits in tl.dot, so under
-# emulation the operands are widened to fp32 first (exact: bf16 and fp16 fit in fp32).
-_WIDEN_DOT: tl.constexpr = tl.constexpr(BACKEND == "emulated")
 
 #: Compute scope ids the ops record (named on the host by ``iris.ops.Ops``); user code
 #: tends to use the low scope numbers, so the ops keep clear of them.
@@ -89,10 +85,7 @@ def tile_gemm(
             k_left = K - k * BLOCK_K
             tile_a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
             tile_b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
-        if _WIDEN_DOT:
-            tile_a = tile_a.to(tl.float32)
-            tile_b = tile_b.to(tl.float32)
-        acc = tl.dot(tile_a, tile_b, acc)
+        acc = tl.dot(hw.dot_operand(tile_a), hw.dot_operand(tile_b), acc)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     return acc

@@ -1,0 +1,22 @@
+"""The backend interface: what host code may ask a backend instead of branching on its name."""
+
+import torch
+
+from iris.backends import make_backend, process_environment
+
+
+def test_a_new_process_gets_the_backend_and_the_interpreter_it_needs():
+    assert process_environment("emulated") == {"IRIS_BACKEND": "emulated", "TRITON_INTERPRET": "1"}
+    assert process_environment("cuda") == {"IRIS_BACKEND": "cuda"}
+
+
+def test_the_emulated_backend_runs_launches_one_after_another():
+    backend = make_backend("emulated")
+    device = torch.device("cpu")
+    assert backend.interpreted
+    assert backend.completion_event(device) is None  # its work is done when the launch returns
+    side = backend.side_stream(device)
+    assert side is None
+    order = []
+    backend.run_beside(side, lambda: order.append("first"), lambda: order.append("second"))
+    assert order == ["first", "second"]

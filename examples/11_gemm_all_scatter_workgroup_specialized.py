@@ -7,7 +7,9 @@ One kernel, two kinds of programs. GEMM programs compute tiles, store them into 
 rank's own C and raise a per-tile flag (``iris.signal``: a release after the tile's
 stores). Communication programs wait on those flags (``iris.wait_until``: an acquire,
 so the tile is visible) and push each finished tile into every peer's C. The GEMM
-never waits for the network. Flags are set to the call number, so they need no reset.
+never waits for the network. Flags are set to the call number, so they need no reset,
+and only this GPU reads them: ``scope="gpu"``, far cheaper than the default system
+scope that a flag a peer reads needs.
 The grid fits on the GPU at once (one program per SM), so every GEMM program runs even
 while communication programs spin. The library's tuned version of this style is
 ``ctx.ops.matmul_all_gather(c, a, b, dim=1)``, its default for large GEMMs; the four
@@ -27,7 +29,8 @@ import iris
 from iris.ops.gemm import tile_gemm, tile_offsets
 
 
-@triton.jit
+# ``call`` changes every call: not specialised on, or each new value would compile again.
+@triton.jit(do_not_specialize=["call"])
 def workgroup_specialized_kernel(
     a, b, c, flags, call, M, n, K, ldc, rank, world_size, heap_bases, GEMM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
@@ -42,12 +45,12 @@ def workgroup_specialized_kernel(
             acc = tile_gemm(a, b, pid_m, pid_n, M, n, K, K, 1, n, 1, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
             offsets, mask = tile_offsets(pid_m, pid_n, M, n, ldc, 1, BLOCK_M, BLOCK_N)
             tl.store(block + offsets, acc.to(c.dtype.element_ty), mask=mask)
-            iris.signal(flags + tile_id, call, rank, rank, heap_bases, pid_m=pid_m, pid_n=pid_n)
+            iris.signal(flags + tile_id, call, rank, rank, heap_bases, scope="gpu", pid_m=pid_m, pid_n=pid_n)
     else:
         comm_programs = tl.num_programs(0) - GEMM_PROGRAMS
         for tile_id in range(pid - GEMM_PROGRAMS, tiles, comm_programs):
             pid_m, pid_n = tile_id // tiles_n, tile_id % tiles_n
-            iris.wait_until(flags + tile_id, "ge", call, heap_bases=heap_bases, pid_m=pid_m, pid_n=pid_n)
+            iris.wait_until(flags + tile_id, "ge", call, "gpu", heap_bases, pid_m=pid_m, pid_n=pid_n)
             offsets, mask = tile_offsets(pid_m, pid_n, M, n, ldc, 1, BLOCK_M, BLOCK_N)
             tile = tl.load(block + offsets, mask=mask)
             for i in range(1, world_size):

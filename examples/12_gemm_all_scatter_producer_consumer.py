@@ -26,7 +26,8 @@ import iris
 from iris.ops.gemm import tile_gemm, tile_offsets
 
 
-@triton.jit
+# ``call`` changes every call: not specialised on, or each new value would compile again.
+@triton.jit(do_not_specialize=["call"])
 def producer_kernel(
     a, b, c, flags, call, M, n, K, ldc, rank, heap_bases,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
@@ -38,10 +39,10 @@ def producer_kernel(
         acc = tile_gemm(a, b, pid_m, pid_n, M, n, K, K, 1, n, 1, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
         offsets, mask = tile_offsets(pid_m, pid_n, M, n, ldc, 1, BLOCK_M, BLOCK_N)
         tl.store(block + offsets, acc.to(c.dtype.element_ty), mask=mask)
-        iris.signal(flags + tile_id, call, rank, rank, heap_bases, pid_m=pid_m, pid_n=pid_n)
+        iris.signal(flags + tile_id, call, rank, rank, heap_bases, scope="gpu", pid_m=pid_m, pid_n=pid_n)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["call"])
 def consumer_kernel(
     c, flags, call, M, n, ldc, rank, world_size, heap_bases, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
 ):  # fmt: skip
@@ -49,7 +50,7 @@ def consumer_kernel(
     block = c + rank * n
     for tile_id in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * tiles_n, tl.num_programs(0)):
         pid_m, pid_n = tile_id // tiles_n, tile_id % tiles_n
-        iris.wait_until(flags + tile_id, "ge", call, heap_bases=heap_bases, pid_m=pid_m, pid_n=pid_n)
+        iris.wait_until(flags + tile_id, "ge", call, "gpu", heap_bases, pid_m=pid_m, pid_n=pid_n)
         offsets, mask = tile_offsets(pid_m, pid_n, M, n, ldc, 1, BLOCK_M, BLOCK_N)
         tile = tl.load(block + offsets, mask=mask)
         for i in range(1, world_size):

@@ -192,6 +192,45 @@ def test_device_context_records_tiles_and_user_scopes(world):
     world.run(_tile_and_scope_body)
 
 
+@triton.jit
+def hand_recorded_kernel(context, buf, handles, rank: tl.constexpr, world_size: tl.constexpr):
+    # Upstream Iris's spelling: bracket an op with ctx.tracing.record_event_start/end.
+    ctx = iris.DeviceContext.initialize(context, rank, world_size, tracing=True)
+    peer = (rank + 1) % world_size
+    offsets = tl.arange(0, 16)
+    mask = offsets < 10
+    handle = ctx.tracing.record_event_start(iris.TraceEvent().put, peer, buf + offsets, 3, 4, mask)
+    ctx.put(buf + 16 + offsets, buf + offsets, peer, mask=mask)
+    ctx.tracing.record_event_end(handle)
+    tl.store(handles, handle)
+
+
+def _hand_recorded_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        buf = ctx.zeros(32, dtype=torch.int32)
+        handles = ctx.full((1,), -7, dtype=torch.int64)
+        ctx.tracing.enable(max_events=64 * ctx.get_cu_count())
+        ctx.barrier()
+        hand_recorded_kernel[(1,)](ctx.get_device_context(), buf, handles, rank=rank, world_size=world_size)
+        ev = ctx.tracing.events()
+        hand, op = ev[ev["pid_m"] == 3], ev[ev["pid_m"] == -1]
+        assert len(hand) == 1 and len(op) == 1 and handles.item() >= 0
+        assert hand["event_id"][0] == ID["put"] and hand["pid_n"][0] == 4
+        assert hand["target_rank"][0] == (rank + 1) % world_size
+        assert hand["address"][0] == ctx.heap.offset_of(buf) and hand["payload_bytes"][0] == 10 * 4
+        assert hand["start_ns"][0] <= op["start_ns"][0] and op["end_ns"][0] <= hand["end_ns"][0]
+        # Tracing disabled: nothing recorded, and the handle says so.
+        ctx.tracing.disable()
+        ctx.tracing.reset()
+        hand_recorded_kernel[(1,)](ctx.get_device_context(), buf, handles, rank=rank, world_size=world_size)
+        assert handles.item() == -1 and len(ctx.tracing.events()) == 0
+        ctx.barrier()
+
+
+def test_upstream_hand_recorded_events(world):
+    world.run(_hand_recorded_body)
+
+
 def _overflow_body(rank, world_size):
     with iris.iris(1 << 22) as ctx:
         src, dst = ctx.randn(BLOCK), ctx.zeros(BLOCK)

@@ -40,7 +40,8 @@ from ..device.barrier import arrive, wait_arrivals
 
 __all__ = [
     "arrive", "wait_arrivals", "sync_row", "push_tile", "combine", "accumulator", "reduce_tile", "flag_row",
-    "READY", "DONE", "STEPS", "ARRIVED", "LANDED", "RANK_ARGS",
+    "acquire_lock", "release_lock",
+    "READY", "DONE", "STEPS", "ARRIVED", "LANDED", "LOCKS", "PHASES", "RANK_ARGS",
 ]  # fmt: skip
 
 #: Kernel arguments that differ between ranks. Not specialising them (Triton would
@@ -48,12 +49,49 @@ __all__ = [
 RANK_ARGS = ["my_index", "cur_rank"]
 
 #: A group's flag rows (``flag_row``'s ``phase``): ready, done, the ring's step counters,
-#: and the pushed protocol's arrivals and landed results (:mod:`iris.ccl.pushed`).
+#: the pushed protocol's arrivals and landed results (:mod:`iris.ccl.pushed`), and the
+#: spinlock all-reduce's locks (the first word of a program's row).
 READY: tl.constexpr = tl.constexpr(0)
 DONE: tl.constexpr = tl.constexpr(1)
 STEPS: tl.constexpr = tl.constexpr(2)
 ARRIVED: tl.constexpr = tl.constexpr(3)
 LANDED: tl.constexpr = tl.constexpr(4)
+LOCKS: tl.constexpr = tl.constexpr(5)
+#: Number of flag rows per program (the host reserves them: ``Runtime.flag_piece``).
+PHASES = 6
+
+#: Lock states (:func:`acquire_lock`, :func:`release_lock`).
+_FREE: tl.constexpr = tl.constexpr(0)
+_HELD: tl.constexpr = tl.constexpr(1)
+
+
+@triton.jit
+def acquire_lock(lock, cur_rank, owner, heap_bases, op: tl.constexpr):
+    """Take the int32 ``lock`` (free 0, held 1) in ``owner``'s heap; an acquire at system scope.
+
+    Test and test-and-set: one compare-and-swap, and while the lock is held a wait
+    until it looks free, which is traced, timed and in the flight recorder like every
+    wait (``op`` names the caller in reports), so a lock never released times out.
+
+    Example:
+        >>> ccl.acquire_lock(lock, cur_rank, peer, heap_bases, "iris.ccl.all_reduce")
+        >>> ...  # read-modify-write peer's data
+        >>> ccl.release_lock(lock, cur_rank, peer, heap_bases)
+    """
+    old = rma.atomic_cas(lock, _FREE, _HELD, cur_rank, owner, heap_bases, sem="acquire", scope="sys")
+    while old != _FREE:
+        rma.wait_until(lock, "eq", _FREE, heap_bases=heap_bases, op=op, from_rank=owner)
+        old = rma.atomic_cas(lock, _FREE, _HELD, cur_rank, owner, heap_bases, sem="acquire", scope="sys")
+
+
+@triton.jit
+def release_lock(lock, cur_rank, owner, heap_bases):
+    """Free ``lock`` in ``owner``'s heap once every thread's writes are done (a release, system scope).
+
+    Example:
+        >>> ccl.release_lock(lock, cur_rank, peer, heap_bases)
+    """
+    rma.signal(lock, _FREE, cur_rank, owner, heap_bases, op="set")
 
 
 @triton.jit

@@ -20,10 +20,8 @@ import torch.distributed as dist
 
 from ..group_slots import GroupSlots
 from ..prepared import PreparedLaunch
+from .device import PHASES
 
-#: Flag rows per program: ready, done, the ring's step counters, pushed arrivals and
-#: landed results (see ``device.READY``...).
-PHASES = 5
 #: Groups whose collectives can be in use at once (slot 0 is the whole world).
 GROUP_SLOTS = 16
 
@@ -101,7 +99,7 @@ class Runtime:
 
         Example:
             >>> Runtime.flag_piece(4, 132)
-            ((16, 5, 132, 4), torch.int32)
+            ((16, 6, 132, 4), torch.int32)
         """
         return (GROUP_SLOTS, PHASES, max_programs, world_size), torch.int32
 

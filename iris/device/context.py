@@ -29,6 +29,54 @@ def _heap_bases_type(context_type):
 
 
 @aggregate
+class DeviceTracing:
+    """``ctx.tracing`` inside a kernel: upstream Iris's device-side event recording.
+
+    The ops record themselves whenever the host has tracing enabled; these two
+    calls are for upstream programs that bracket operations by hand, and for spans
+    the ops do not cover (:func:`iris.device.tracing.record_event_start`).
+    """
+
+    heap_bases: tl.tensor
+    pid_m: tl.tensor
+    pid_n: tl.tensor
+
+    @constexpr_function
+    def __init__(self, heap_bases, pid_m, pid_n):
+        self.heap_bases = heap_bases
+        self.pid_m = pid_m
+        self.pid_n = pid_n
+
+    @triton.jit
+    def record_event_start(
+        self, event_id: tl.constexpr, target_rank, address, pid_m=None, pid_n=None, mask=None
+    ):
+        """Open an event; returns the handle for :meth:`record_event_end` (-1: nothing recorded).
+
+        ``pid_m``/``pid_n`` default to the context's tile (:meth:`DeviceContext.with_tile`).
+
+        Example:
+            >>> handle = ctx.tracing.record_event_start(iris.TraceEvent().put, peer, ptrs, 0, 0, mask)
+            >>> ctx.put(src, ptrs, peer, mask=mask)
+            >>> ctx.tracing.record_event_end(handle)
+        """
+        if pid_m is None:
+            pid_m = self.pid_m
+        if pid_n is None:
+            pid_n = self.pid_n
+        return tracing.record_event_start(self.heap_bases, event_id, target_rank, address, pid_m, pid_n, mask)
+
+    @triton.jit
+    def record_event_end(self, handle):
+        """Close the event ``handle`` (its end time: now).
+
+        Example:
+            >>> ctx.tracing.record_event_end(handle)
+        """
+        tracing.record_event_end(self.heap_bases, handle)
+
+
+@aggregate
 class DeviceContext:
     """This rank's view of the symmetric heaps, with the RMA ops as methods.
 
@@ -41,6 +89,7 @@ class DeviceContext:
     heap_bases: tl.tensor
     pid_m: tl.tensor
     pid_n: tl.tensor
+    tracing: DeviceTracing
 
     @constexpr_function
     def __init__(self, rank, world_size, heap_bases, pid_m, pid_n):
@@ -49,6 +98,7 @@ class DeviceContext:
         self.heap_bases = heap_bases
         self.pid_m = pid_m
         self.pid_n = pid_n
+        self.tracing = DeviceTracing(heap_bases, pid_m, pid_n)
 
     @staticmethod
     @triton.jit

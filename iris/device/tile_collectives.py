@@ -20,9 +20,11 @@ arguments and protocol:
 - **No locks.** ``all_gather``, ``gather`` and ``all_to_all`` only move data; the
   caller orders them against the peers' writes (a barrier before, or its own flags).
 - **Spinlock.** ``all_reduce_spinlock`` takes each destination's lock with a
-  compare-and-swap, adds this rank's tile into the destination, and releases it.
-  While the lock is held it waits for it to look free with the same peer-flag
-  wait, so a lock never released times out with the lock named in the hang report.
+  compare-and-swap, adds this rank's tile into the destination, and releases it
+  (``iris.ccl.device.acquire_lock``/``release_lock``, as the host all-reduce's
+  ``spinlock`` variant). While the lock is held it waits for it to look free with the
+  same peer-flag wait, so a lock never released times out with the lock named in the
+  hang report.
 
 Reductions accumulate floating types in fp32 through the collectives' own
 ``accumulator`` (:mod:`iris.ccl.device`); every remote access goes through the traced
@@ -32,11 +34,7 @@ device ops, so each appears in a trace as the load, store or atomic it is.
 import triton
 import triton.language as tl
 
-from ..ccl.device import accumulator
-
-#: Lock states of the spinlock all-reduce.
-_FREE: tl.constexpr = tl.constexpr(0)
-_HELD: tl.constexpr = tl.constexpr(1)
+from ..ccl.device import accumulator, acquire_lock, release_lock
 
 
 @triton.jit
@@ -73,28 +71,17 @@ def all_reduce_atomic(ctx, tile, dst_view):
 
 
 @triton.jit
-def _acquire(ctx, lock, peer, op: tl.constexpr):
-    # Test and test-and-set: one compare-and-swap, and while the lock is held, a wait
-    # (traced, timed, in the flight recorder like every wait) until it looks free.
-    old = ctx.atomic_cas(lock, _FREE, _HELD, peer, sem="acquire", scope="sys")
-    while old != _FREE:
-        ctx.wait_until(lock, "eq", _FREE, from_rank=peer, op=op)
-        old = ctx.atomic_cas(lock, _FREE, _HELD, peer, sem="acquire", scope="sys")
-
-
-@triton.jit
 def all_reduce_spinlock(ctx, tile, dst_view, locks):
     """Add ``tile.data`` into ``dst_view`` on every rank, one rank at a time under its tile lock."""
     index = tile_id(tile, dst_view)
     dst_ptrs, mask = dst_view.tile_ptr(tile)
     for i in range(ctx.world_size):
         peer = (ctx.rank + i) % ctx.world_size
-        _acquire(ctx, locks + index, peer, "iris.ccl.tile.all_reduce_spinlock")
+        acquire_lock(locks + index, ctx.rank, peer, ctx.heap_bases, "iris.ccl.tile.all_reduce_spinlock")
         current = ctx.load(dst_ptrs, peer, mask=mask)
         total = (accumulator(current) + accumulator(tile.data)).to(tile.data.dtype)
         ctx.store(dst_ptrs, total, peer, mask=mask)
-        tl.debug_barrier()
-        ctx.atomic_xchg(locks + index, _FREE, peer, sem="release", scope="sys")
+        release_lock(locks + index, ctx.rank, peer, ctx.heap_bases)
 
 
 @triton.jit

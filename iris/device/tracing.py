@@ -60,6 +60,7 @@ RECORD_WORDS: tl.constexpr = tl.constexpr(schema.RECORD_WORDS)
 _CUR_RANK_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_CUR_RANK_SHIFT)
 _TARGET_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_TARGET_SHIFT)
 _CU_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_CU_SHIFT)
+_END_WORD: tl.constexpr = tl.constexpr(schema.W_END)
 
 
 BARRIER_WAIT: tl.constexpr = tl.constexpr(schema.BARRIER_WAIT)
@@ -292,6 +293,7 @@ def _write(
     lane=-1,
 ):
     # ``lane`` >= 0 files the event under that lane id instead of the SM it ran on.
+    # Returns the record's index in the buffer (-1: the region was full, the event dropped).
     capacity = tl.load(slots + SLOT_REGION_CAPACITY)
     sm = hw.sm_id()
     region = sm % tl.load(slots + SLOT_NUM_REGIONS)
@@ -299,6 +301,7 @@ def _write(
         sm = lane
     counters = tl.load(slots + SLOT_COUNTERS).to(tl.pointer_type(tl.int32))
     index = tl.atomic_add(counters + region * COUNTER_STRIDE, 1, sem="relaxed", scope="gpu")
+    written = tl.full([], -1, tl.int64)
     if index < capacity:
         records = tl.load(slots + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
         ident = (
@@ -320,10 +323,12 @@ def _write(
         record = tl.where(word == 5, where, record)
         record = tl.where(word == 6, tile, record)
         record = tl.where(word == 7, tl.cast(value, tl.int64), record)
-        tl.store(records + (region.to(tl.int64) * capacity + index) * RECORD_WORDS + word, record)
+        written = region.to(tl.int64) * capacity + index
+        tl.store(records + written * RECORD_WORDS + word, record)
     else:
         dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))
         tl.atomic_add(dropped + region * COUNTER_STRIDE, 1, sem="relaxed", scope="gpu")
+    return written
 
 
 #: A copy-engine put (``iris.copy_engine``): not an SM op, so it is filed under the lane
@@ -376,3 +381,48 @@ def trace_end(heap_bases, start, scope: tl.constexpr = 0, pid_m=-1, pid_n=-1):
             slots = layout.tracing_slots(heap_bases)
             cur_rank = layout.cur_rank(heap_bases)
             _write(slots, start, hw.timer_ns(), SCOPE_BASE + scope, cur_rank, -1, -1, 0, 0, pid_m, pid_n)
+
+
+@triton.jit
+def record_event_start(
+    heap_bases, event_id: tl.constexpr, target_rank, address, pid_m=-1, pid_n=-1, mask=None
+):
+    """Open an event by hand: upstream Iris's ``ctx.tracing.record_event_start``; returns its handle.
+
+    The record is written now (``event_id`` from :class:`TraceEvent` or a scope id,
+    the heap offset of ``address``, the bytes ``mask`` leaves active) with its end
+    time equal to its start; :func:`record_event_end` sets the end. The handle is -1
+    when nothing was recorded (tracing compiled out or disabled, every lane masked
+    off, or the buffer full), and ending it then does nothing. The ops record
+    themselves; this is for upstream programs and for spans the ops do not cover.
+
+    Example:
+        >>> handle = tracing.record_event_start(heap_bases, iris.TraceEvent().put, peer, ptrs, mask=mask)
+        >>> ...
+        >>> tracing.record_event_end(heap_bases, handle)
+    """
+    handle = tl.full([], -1, tl.int64)
+    if compiled_in(heap_bases.dtype):
+        if enabled(heap_bases):
+            now = hw.timer_ns()
+            cur_rank = layout.cur_rank(heap_bases)
+            offset, nbytes = _touched(address, mask, layout.heap_base(heap_bases, cur_rank))
+            if nbytes != 0:
+                slots = layout.tracing_slots(heap_bases)
+                handle = _write(
+                    slots, now, now, event_id, cur_rank, target_rank, offset, nbytes, 0, pid_m, pid_n
+                )
+    return handle
+
+
+@triton.jit
+def record_event_end(heap_bases, handle):
+    """Set the end time of the event ``handle`` (from :func:`record_event_start`) to now.
+
+    Example:
+        >>> tracing.record_event_end(heap_bases, handle)
+    """
+    if compiled_in(heap_bases.dtype):
+        if handle >= 0:
+            records = tl.load(layout.tracing_slots(heap_bases) + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
+            tl.store(records + handle * RECORD_WORDS + _END_WORD, hw.timer_ns())

@@ -1,4 +1,4 @@
-"""All-reduce in five algorithms, one kernel each, and the rule that picks between them.
+"""All-reduce in four algorithms, one kernel each, and the rule that picks between them.
 
 * ``one_shot``: every rank reads every member's input and reduces all of it.
   One round of remote reads: the lowest latency, ``group_size`` times the traffic.
@@ -14,14 +14,10 @@
   sums from the previous rank's output; per-tile step counters replace barriers.
 * ``atomic``: every rank zeroes its output, then atomically adds its input into
   every member's output (fp32 and int32).
-* ``spinlock``: every rank starts its output from its own input, then adds its input
-  into every peer's output under a lock held at that peer (a compare-and-swap), with
-  plain loads and stores: any dtype and reduction. Program ``p`` of every member works
-  on the same tiles, so one lock per program at each member is enough.
 
 Inputs are read remotely by ``one_shot`` and ``two_shot`` (so they must be on
-the heap); outputs are written remotely by ``two_shot``, ``atomic`` and ``spinlock``
-and read remotely by ``ring`` and ``spinlock``.
+the heap); outputs are written remotely by ``two_shot`` and ``atomic`` and read
+remotely by ``ring``.
 """
 
 from __future__ import annotations
@@ -207,50 +203,6 @@ def atomic_kernel(
     )
 
 
-@triton.jit(do_not_specialize=RANK_ARGS)
-def spinlock_kernel(
-    out,
-    inp,
-    n,
-    flags,
-    ranks,
-    my_index,
-    cur_rank,
-    world_size,
-    max_programs,
-    heap_bases,
-    GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    OP: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    programs = tl.num_programs(0)
-    tiles = tl.cdiv(n, BLOCK)
-    # Every output starts as its own input before any peer adds into it.
-    for tile in range(pid, tiles, programs):
-        offsets = tile * BLOCK + tl.arange(0, BLOCK)
-        mask = offsets < n
-        tl.store(out + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
-    lock = ccl.flag_row(flags, ccl.LOCKS, pid, max_programs, world_size)
-    for tile in range(pid, tiles, programs):
-        offsets = tile * BLOCK + tl.arange(0, BLOCK)
-        mask = offsets < n
-        mine = ccl.accumulator(tl.load(inp + offsets, mask=mask))
-        for i in tl.static_range(1, GROUP):
-            peer = tl.load(ranks + (my_index + i) % GROUP)
-            ccl.acquire_lock(lock, cur_rank, peer, heap_bases, "iris.ccl.all_reduce")
-            current = rma.load(out + offsets, cur_rank, peer, heap_bases, mask=mask)
-            total = ccl.combine(ccl.accumulator(current), mine, OP)
-            rma.store(out + offsets, total.to(out.dtype.element_ty), cur_rank, peer, heap_bases, mask=mask)
-            ccl.release_lock(lock, cur_rank, peer, heap_bases)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
-
-
 #: Element types with an exact atomic add on both backends.
 ATOMIC_DTYPES = (torch.float32, torch.int32)
 KERNELS = {
@@ -258,7 +210,6 @@ KERNELS = {
     "two_shot": two_shot_kernel,
     "ring": ring_kernel,
     "atomic": atomic_kernel,
-    "spinlock": spinlock_kernel,
 }
 #: Where each variant needs the tensors to be: (inp on the heap, out on the heap).
 ON_HEAP = {
@@ -266,7 +217,6 @@ ON_HEAP = {
     "two_shot": (True, True),
     "ring": (False, True),
     "atomic": (False, True),
-    "spinlock": (False, True),
 }
 
 
@@ -337,9 +287,7 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
             if variant == "atomic" and op is not ReduceOp.SUM:
                 errors.append(f"the atomic variant only sums, not {op.name}")
             if variant == "atomic" and inp.dtype not in ATOMIC_DTYPES:
-                errors.append(
-                    f"the atomic variant adds fp32 or int32, not {inp.dtype}; 'spinlock' reduces any dtype"
-                )
+                errors.append(f"the atomic variant adds fp32 or int32, not {inp.dtype}; pick another variant")
         signature = (
             describe_tensor(out, ctx, out_on_heap),
             describe_tensor(inp, ctx, protocol == "direct"),

@@ -41,7 +41,7 @@ from ..device.barrier import arrive, wait_arrivals
 __all__ = [
     "arrive", "wait_arrivals", "sync_row", "push_tile", "combine", "accumulator", "reduce_tile", "flag_row",
     "acquire_lock", "release_lock",
-    "READY", "DONE", "STEPS", "ARRIVED", "LANDED", "LOCKS", "PHASES", "RANK_ARGS",
+    "READY", "DONE", "STEPS", "ARRIVED", "LANDED", "PHASES", "RANK_ARGS",
 ]  # fmt: skip
 
 #: Kernel arguments that differ between ranks. Not specialising them (Triton would
@@ -49,16 +49,14 @@ __all__ = [
 RANK_ARGS = ["my_index", "cur_rank"]
 
 #: A group's flag rows (``flag_row``'s ``phase``): ready, done, the ring's step counters,
-#: the pushed protocol's arrivals and landed results (:mod:`iris.ccl.pushed`), and the
-#: spinlock all-reduce's locks (the first word of a program's row).
+#: and the pushed protocol's arrivals and landed results (:mod:`iris.ccl.pushed`).
 READY: tl.constexpr = tl.constexpr(0)
 DONE: tl.constexpr = tl.constexpr(1)
 STEPS: tl.constexpr = tl.constexpr(2)
 ARRIVED: tl.constexpr = tl.constexpr(3)
 LANDED: tl.constexpr = tl.constexpr(4)
-LOCKS: tl.constexpr = tl.constexpr(5)
 #: Number of flag rows per program (the host reserves them: ``Runtime.flag_piece``).
-PHASES = 6
+PHASES = 5
 
 #: Lock states (:func:`acquire_lock`, :func:`release_lock`).
 _FREE: tl.constexpr = tl.constexpr(0)

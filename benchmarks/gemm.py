@@ -3,8 +3,8 @@
 Every fused op is built on ``iris.ops.gemm.tile_gemm``; this times it alone, as the
 persistent ``matmul_kernel`` on every SM, beside ``torch.matmul`` (cuBLAS) in the same
 run: ``auto`` (the tiles :func:`iris.ops.config.gemm_config` picks for the shape), the
-128 x 256 x 64 tiles of the fused ops, and any ``--configs``. Shapes are the per-rank GEMMs of benchmarks/fused_ops.py on 4 ranks (N or K
-divided by 4). Each way runs ``--iters`` calls between CUDA events, in ``--trials``
+128 x 256 x 64 tiles of the fused ops, and any ``--configs``. Shapes are the per-rank
+GEMMs of benchmarks/fused_ops.py on 4 ranks (N or K divided by 4). Each way runs ``--iters`` calls between CUDA events, in ``--trials``
 trials that go round every way in a new (seeded) order; each figure is the median
 trial. Each result is checked against cuBLAS on fresh random inputs, on a poisoned
 output, before any timing.

@@ -49,8 +49,9 @@ def prepare_process(name: str) -> None:
     The emulation backend switches Triton to its interpreter and installs the
     interpreter's fixes (``iris.backends._interpreter_compat``).
     """
-    os.environ.update(process_environment(name))
-    if name == "emulated":
+    environment = process_environment(name)
+    os.environ.update(environment)
+    if "TRITON_INTERPRET" in environment:
         from . import _interpreter_compat
 
         _interpreter_compat.apply()

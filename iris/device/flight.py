@@ -122,11 +122,6 @@ def _is_block(value_type):
 
 
 @triton.jit
-def _slots(heap_bases):
-    return layout.flight_slots(heap_bases)
-
-
-@triton.jit
 def _word(slots, index):
     return tl.load(slots + index).to(tl.int64, bitcast=True)
 
@@ -134,7 +129,7 @@ def _word(slots, index):
 @triton.jit
 def timeout_ns(heap_bases):
     """The rank's wait timeout in ns (0: none), set by ``Iris.hang.set_timeout``."""
-    return _word(_slots(heap_bases), SLOT_TIMEOUT_NS)
+    return _word(layout.flight_slots(heap_bases), SLOT_TIMEOUT_NS)
 
 
 @triton.jit
@@ -196,7 +191,7 @@ def record(
     CTA barrier: call it where the program's threads run together, never inside a spin loop.
     """
     if ENABLED:
-        slots = _slots(heap_bases)
+        slots = layout.flight_slots(heap_bases)
         ring = _word(slots, SLOT_RING)
         if ring != 0:
             # Traced kernels already read the clock for this op: reuse it (no extra timer read).
@@ -254,7 +249,7 @@ def note_waiting(heap_bases, pointer, cmp: tl.constexpr, value, now, op: tl.cons
     atomic and no barrier, and every thread writes the same words.
     """
     if ENABLED:
-        slots = _slots(heap_bases)
+        slots = layout.flight_slots(heap_bases)
         if _word(slots, SLOT_RING) != 0:
             cur_rank = layout.cur_rank(heap_bases)
             offset = pointer.to(tl.int64) - layout.heap_base(heap_bases, cur_rank)
@@ -278,7 +273,7 @@ def note_waiting(heap_bases, pointer, cmp: tl.constexpr, value, now, op: tl.cons
 def clear_waiting(heap_bases):
     """Empty this program's pending entry: its wait is over (the ring keeps the history)."""
     if ENABLED:
-        slots = _slots(heap_bases)
+        slots = layout.flight_slots(heap_bases)
         if _word(slots, SLOT_RING) != 0:
             tl.store(_pending_entry(slots), 0)
 
@@ -308,7 +303,7 @@ def expire(heap_bases, pointer, cmp: tl.constexpr, value, seen, waited_ns, timeo
     rank = tl.full([], -1, tl.int64)
     offset = pointer.to(tl.int64)
     if heap_bases is not None:
-        slots = _slots(heap_bases)
+        slots = layout.flight_slots(heap_bases)
         rank = layout.cur_rank(heap_bases)
         offset = offset - layout.heap_base(heap_bases, rank)
         claim = _word(slots, SLOT_CLAIM)

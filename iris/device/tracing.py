@@ -262,19 +262,38 @@ def end(heap_bases, start, event: tl.constexpr, target_rank, ptr, mask=None, val
 
 
 @triton.jit
-def record(heap_bases, start, event: tl.constexpr, target_rank, ptr, mask=None, value=0, pid_m=-1, pid_n=-1):
+def record(
+    heap_bases,
+    start,
+    event: tl.constexpr,
+    target_rank,
+    ptr,
+    mask=None,
+    value=0,
+    pid_m=-1,
+    pid_n=-1,
+    stop=None,
+):
     """:func:`end` for a caller that has checked :func:`compiled_in` and :func:`enabled` itself.
+
+    The event ends at ``stop`` (default: now). Returns the record's index in the buffer
+    (-1: nothing recorded, because ``mask`` left no lane active or the buffer was full).
 
     Example:
         >>> tracing.record(heap_bases, start, tracing.STORE, peer, ptr, mask)
     """
-    stop = hw.timer_ns()
+    if stop is None:
+        stop = hw.timer_ns()
     cur_rank = layout.cur_rank(heap_bases)
     offset, nbytes = _touched(ptr, mask, layout.heap_base(heap_bases, cur_rank))
+    written = tl.full([], -1, tl.int64)
     # A fully masked-off block op moved nothing: it is not an event.
     if nbytes != 0:
         slots = layout.tracing_slots(heap_bases)
-        _write(slots, start, stop, event, cur_rank, target_rank, offset, nbytes, value, pid_m, pid_n)
+        written = _write(
+            slots, start, stop, event, cur_rank, target_rank, offset, nbytes, value, pid_m, pid_n
+        )
+    return written
 
 
 @triton.jit
@@ -314,17 +333,17 @@ def _write(
         tile = (tl.cast(pid_m, tl.int64) & 0xFFFFFFFF) | (tl.cast(pid_n, tl.int64) << 32)
         word = tl.arange(0, RECORD_WORDS)
         # One lane per word of the record, so the 64 bytes go out as one vector store.
-        record = tl.zeros([RECORD_WORDS], tl.int64)
-        record = tl.where(word == 0, tl.cast(start, tl.int64), record)
-        record = tl.where(word == 1, tl.cast(stop, tl.int64), record)
-        record = tl.where(word == 2, tl.cast(offset, tl.int64), record)
-        record = tl.where(word == 3, tl.cast(nbytes, tl.int64), record)
-        record = tl.where(word == 4, ident, record)
-        record = tl.where(word == 5, where, record)
-        record = tl.where(word == 6, tile, record)
-        record = tl.where(word == 7, tl.cast(value, tl.int64), record)
+        words = tl.zeros([RECORD_WORDS], tl.int64)
+        words = tl.where(word == 0, tl.cast(start, tl.int64), words)
+        words = tl.where(word == 1, tl.cast(stop, tl.int64), words)
+        words = tl.where(word == 2, tl.cast(offset, tl.int64), words)
+        words = tl.where(word == 3, tl.cast(nbytes, tl.int64), words)
+        words = tl.where(word == 4, ident, words)
+        words = tl.where(word == 5, where, words)
+        words = tl.where(word == 6, tile, words)
+        words = tl.where(word == 7, tl.cast(value, tl.int64), words)
         written = region.to(tl.int64) * capacity + index
-        tl.store(records + written * RECORD_WORDS + word, record)
+        tl.store(records + written * RECORD_WORDS + word, words)
     else:
         dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))
         tl.atomic_add(dropped + region * COUNTER_STRIDE, 1, sem="relaxed", scope="gpu")
@@ -405,13 +424,7 @@ def record_event_start(
     if compiled_in(heap_bases.dtype):
         if enabled(heap_bases):
             now = hw.timer_ns()
-            cur_rank = layout.cur_rank(heap_bases)
-            offset, nbytes = _touched(address, mask, layout.heap_base(heap_bases, cur_rank))
-            if nbytes != 0:
-                slots = layout.tracing_slots(heap_bases)
-                handle = _write(
-                    slots, now, now, event_id, cur_rank, target_rank, offset, nbytes, 0, pid_m, pid_n
-                )
+            handle = record(heap_bases, now, event_id, target_rank, address, mask, 0, pid_m, pid_n, now)
     return handle
 
 

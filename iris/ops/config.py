@@ -162,6 +162,11 @@ def split_sm_registers(producer, consumer, producer_warps: int, consumer_warps: 
     return None, registers_beside(used, producer_warps, consumer_warps) or None
 
 
+def _tile_count(rows: int, cols: int, block_m: int, block_n: int) -> int:
+    # Tiles covering a rows x cols output, partial ones included.
+    return -(-rows // block_m) * -(-cols // block_n)
+
+
 def last_wave_split(tiles: int, programs: int) -> int:
     """The first tile of the last wave of ``tiles`` on ``programs`` GEMM programs.
 
@@ -211,8 +216,8 @@ def default_config(
 
     ``ctx.ops.default_config(rows, cols, k, op)`` fills in the rest from the context.
     ``interpreted`` (the emulation backend): tiny tiles, as the interpreter runs each
-    program in Python. On GPUs: 128 x 256 x 64 tiles when there are at least two waves of them, else
-    128 x 128 (fewer idle SMs in the last wave). For ``op="matmul_all_gather"``,
+    program in Python. On GPUs: 128 x 256 x 64 tiles when there are at least two waves
+    of them, else 128 x 128 (fewer idle SMs in the last wave). For ``op="matmul_all_gather"``,
     consumers that share the SMs (``consumer_warps=2``, ``comm_rows=16``) where
     :func:`sharing_saves_a_wave` (measured: 16-row steps slow the other ops' kernels).
 
@@ -225,7 +230,7 @@ def default_config(
             block_m=32, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=1, comm_sms=2, comm_rows=16
         )
     comm_sms = 16 if world_size <= 2 else 24
-    wide_tiles = -(-rows // 128) * -(-cols // 256)
+    wide_tiles = _tile_count(rows, cols, 128, 256)
     if wide_tiles >= 2 * (num_sms - comm_sms):
         if op == "matmul_all_gather" and sharing_saves_a_wave(wide_tiles, num_sms, comm_sms):
             return FusedConfig(block_n=256, num_stages=3, comm_sms=comm_sms, consumer_warps=2, comm_rows=16)
@@ -257,8 +262,7 @@ def gemm_config(rows: int, cols: int, k: int, num_sms: int) -> FusedConfig:
     narrow = FusedConfig(block_n=128, num_warps=4, num_stages=4)
 
     def waves(config: FusedConfig) -> int:
-        tiles = -(-rows // config.block_m) * -(-cols // config.block_n)
-        return -(-tiles // num_sms)
+        return -(-_tile_count(rows, cols, config.block_m, config.block_n) // num_sms)
 
     steps = max(1, -(-k // narrow.block_k))
     narrow_cost = waves(narrow) * (1 + NARROW_TILE_EXTRA_STEPS / steps)
@@ -312,6 +316,6 @@ def choose_variant(
         return "unfused"
     if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS:
         return COPY_ENGINE
-    tiles = -(-rows // 128) * -(-cols // 128)
+    tiles = _tile_count(rows, cols, 128, 128)
     per_sm = GATHER_MIN_TILES_PER_SM if op == "all_gather_matmul" else MIN_TILES_PER_SM
     return "fused" if tiles >= per_sm * num_sms else "unfused"

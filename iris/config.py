@@ -12,6 +12,10 @@
 ``IRIS_RANKS_PER_GPU``  how many ranks of one host may share a GPU (default 1: one rank per GPU).
                    Rank r runs on GPU ``r mod count``; for correctness runs, traces and teaching on
                    fewer GPUs than ranks, never for timings (kernels of the ranks take turns).
+``IRIS_RANKS_PER_NODE``  ranks per node (default: the launcher's ``LOCAL_WORLD_SIZE``). Below the
+                   world size, the job spans several nodes and device ops reach ranks of other
+                   nodes through NVSHMEM (``docs/scale_out.md``); on one host, ``k`` makes it
+                   behave as several nodes of ``k`` ranks each, so that path runs without a second host.
 """
 
 from __future__ import annotations
@@ -30,6 +34,43 @@ if DEBUG:
     # device_assert is compiled in only in Triton's debug mode.
     os.environ["TRITON_DEBUG"] = "1"
 
+
+def ranks_per_node() -> int:
+    """Ranks per node: ``IRIS_RANKS_PER_NODE``, else the launcher's ``LOCAL_WORLD_SIZE``, else the world.
+
+    Ranks ``[n * k, (n + 1) * k)`` form node ``n``, as ``torchrun --nproc-per-node k`` places them.
+    A value of at least the world size means one node.
+
+    Example:
+        >>> os.environ["IRIS_RANKS_PER_NODE"] = "2"   # 4 ranks on one host act as 2 nodes
+        >>> iris.config.ranks_per_node()
+        2
+    """
+    world = _launcher_world_size()
+    text = os.environ.get("IRIS_RANKS_PER_NODE", "").strip()
+    if not text:
+        return int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value >= world >= 1:
+        return world
+    if value < 1 or world % value:
+        raise ValueError(
+            f"iris: IRIS_RANKS_PER_NODE must be a positive integer that divides the world size "
+            f"({world}), got {text!r}"
+        )
+    return value
+
+
+def _launcher_world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+#: Whether this job spans several nodes (fixed at import, from the launcher's environment):
+#: only then are the cross-node paths compiled into device ops (``iris.device.crossnode``).
+SCALE_OUT: bool = ranks_per_node() < _launcher_world_size()
 
 FLIGHT: bool = os.environ.get("IRIS_FLIGHT", "1") not in ("", "0")
 DEFAULT_DEBUG_WAIT_TIMEOUT = 60.0

@@ -83,6 +83,11 @@ class CopyEngine:
         ctx = self._ctx
         if not 0 <= to_rank < ctx.num_ranks:
             raise ValueError(f"iris.copy_engine.put: to_rank {to_rank} is not in [0, {ctx.num_ranks})")
+        if to_rank // ctx.ranks_per_node != ctx.cur_rank // ctx.ranks_per_node:
+            raise ValueError(
+                f"iris.copy_engine.put: rank {to_rank} is on another node; copy engines reach only the "
+                "GPUs of this node (use iris.put in a kernel)"
+            )
         if not isinstance(dst, torch.Tensor) or not isinstance(src, torch.Tensor):
             raise TypeError("iris.copy_engine.put: dst and src must be torch.Tensors")
         if dst.shape != src.shape or dst.dtype != src.dtype:

@@ -143,8 +143,10 @@ class Hang:
             culprit, text = None, f"(no cross-rank report: {error!r})"
         timeout = state.timeout
         facts = timeout.describe() if timeout is not None else "a wait timed out"
+        if culprit is not None and self._ctx.ranks_per_node < self._ctx.num_ranks:
+            text = f"{text}\nnodes: the likely culprit is {_rank_name(self._ctx, culprit)}"
         return WaitTimeoutError(
-            f"iris: rank {self._ctx.cur_rank}: {facts}. The kernel was stopped.\n{text}",
+            f"iris: {_rank_name(self._ctx, self._ctx.cur_rank)}: {facts}. The kernel was stopped.\n{text}",
             timeout=timeout,
             culprit=culprit,
         )
@@ -199,6 +201,14 @@ class Hang:
 _registry: weakref.WeakSet[Hang] = weakref.WeakSet()
 
 
+def _rank_name(ctx, rank) -> str:
+    """``rank 3``, or ``rank 3 (node 1)`` in a job that spans nodes; ``none`` for no rank."""
+    if rank is None:
+        return "none"
+    per_node = getattr(ctx, "ranks_per_node", ctx.num_ranks)
+    return f"rank {rank}" if per_node >= ctx.num_ranks else f"rank {rank} (node {rank // per_node})"
+
+
 def _describe_latest(facts: dict) -> str:
     """The culprit line for a timeout the interpreter is about to raise; the full report goes to stderr.
 
@@ -212,7 +222,7 @@ def _describe_latest(facts: dict) -> str:
         path = hang.dump("timeout")
         culprit, reason = hang.report().culprit()
         hang._clear_report()
-        who = "none" if culprit is None else f"rank {culprit}"
+        who = _rank_name(hang._ctx, culprit)
         return f"Likely culprit: {who}: {reason}. Full report on stderr and in {path}."
     return ""
 

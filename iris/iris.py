@@ -91,6 +91,10 @@ class Iris:
         self._comm = init_distributed(self.backend.dist_backend)
         self.cur_rank = self._comm.rank
         self.num_ranks = self._comm.world_size
+        #: Ranks per node (``IRIS_RANKS_PER_NODE``, else the launcher's): rank r is on node
+        #: ``r // ranks_per_node``; peers of other nodes are reached through NVSHMEM.
+        self.ranks_per_node = _ranks_per_node(self.num_ranks)
+        self.backend.check_nodes(self.num_ranks // self.ranks_per_node)
         device = self.backend.select_device(self._comm.local_rank, self._comm.local_world_size)
         #: This rank's device as upstream Iris gives it, the string ``"cuda:N"`` (see
         #: :class:`DeviceName`); :meth:`get_device` gives the ``torch.device``.
@@ -104,10 +108,12 @@ class Iris:
         # the device barrier's arrivals (here), the collectives' flags (ccl.Runtime).
         barrier_piece = ((BARRIER_SLOTS, self.num_ranks), torch.int64)
         flag_piece = Runtime.flag_piece(self.num_ranks, self.backend.multiprocessor_count(device))
-        reserved = SymmetricHeap.footprint([barrier_piece, flag_piece])
+        scratch_piece = ((layout.SCRATCH_BYTES,), torch.uint8)
+        reserved = SymmetricHeap.footprint([barrier_piece, flag_piece, scratch_piece])
         self.heap = SymmetricHeap(heap_size, self.backend, self._comm, device, reserved)
         self._tensors = TensorFactory(self.heap, self.backend.accepts_device)
         self._barrier_arrivals = self.heap.reserve(*barrier_piece)
+        scratch = self.heap.reserve(*scratch_piece)
         self._barrier_slots = GroupSlots(
             BARRIER_SLOTS, self.num_ranks, "device_barrier", "use a different group layout or a host barrier"
         )
@@ -120,6 +126,8 @@ class Iris:
         # The heap size slot bounds IRIS_DEBUG's pointer checks: the whole mapping, reserved region included.
         context = [self.cur_rank, self.num_ranks, *self.heap.bases, self.heap.mapped_size]
         context += [0] * (layout.context_length(self.num_ranks) - len(context))
+        context[layout.ranks_per_node_slot(self.num_ranks)] = self.ranks_per_node
+        context[layout.scratch_slot(self.num_ranks)] = scratch.data_ptr()
         self._device_context = torch.tensor(context, dtype=torch.int64, device=device)
         self.heap_bases = self._device_context[layout.heap_bases_slots(self.num_ranks)].view(torch.uint64)
         #: Wait timeouts, flight recorder and hang reports; see :class:`iris.hang.Hang`.
@@ -636,6 +644,7 @@ class Iris:
         recorder.set_phase(fmt.PHASE_BARRIER)
         try:
             self.hang.guard(self.backend.synchronize, self.heap.device, stream)
+            self.backend.complete_remote_writes()
             self._comm.barrier(group)
         finally:
             recorder.set_phase(fmt.PHASE_RUNNING)
@@ -744,6 +753,23 @@ def _as_array(value):
         array = np.asarray(value)
         return array if np.issubdtype(array.dtype, np.number) else None
     return None
+
+
+def _ranks_per_node(world_size: int) -> int:
+    per_node = config.ranks_per_node()
+    if per_node > world_size or world_size % per_node:
+        raise ValueError(
+            f"iris: {per_node} ranks per node (IRIS_RANKS_PER_NODE or LOCAL_WORLD_SIZE) do not divide "
+            f"the {world_size} ranks of this job"
+        )
+    if (per_node < world_size) != config.SCALE_OUT:
+        raise RuntimeError(
+            f"iris: this job has {world_size} ranks, {per_node} per node, but iris was imported as part "
+            f"of a {'multi' if config.SCALE_OUT else 'single'}-node job: set IRIS_RANKS_PER_NODE (or start "
+            "through torchrun / python -m iris.run) before importing iris; device code is compiled for one "
+            "or the other"
+        )
+    return per_node
 
 
 def iris(heap_size: int = 1 << 30, allocator_type: str = "torch") -> Iris:

@@ -17,6 +17,7 @@ from .schema import (  # noqa: F401
     IDENT_CU_SHIFT,
     IDENT_CUR_RANK_SHIFT,
     IDENT_EVENT_BITS,
+    IDENT_PATH_SHIFT,
     IDENT_TARGET_SHIFT,
     NO_RANK,
     RECORD_WORDS,
@@ -42,6 +43,7 @@ EVENT_DTYPE = np.dtype(
         ("target_rank", np.int16),
         ("cu_id", np.int16),
         ("xcc_id", np.int16),
+        ("path", np.int8),
         ("pid", np.int32),
         ("pid_m", np.int32),
         ("pid_n", np.int32),
@@ -53,6 +55,25 @@ EVENT_DTYPE = np.dtype(
         ("value", np.int64),
     ]
 )
+
+
+def upgrade(events: np.ndarray) -> np.ndarray:
+    """Events of an older rank file in today's :data:`EVENT_DTYPE` (fields added since read as 0).
+
+    Anything that is not an older form of the event dtype comes back unchanged.
+
+    Example:
+        >>> older = EVENT_DTYPE[[name for name in EVENT_DTYPE.names if name != "path"]]
+        >>> upgrade(np.zeros(2, older)).dtype == EVENT_DTYPE
+        True
+    """
+    names = events.dtype.names
+    if events.dtype == EVENT_DTYPE or names is None or not set(names) < set(EVENT_DTYPE.names):
+        return events
+    current = np.zeros(events.shape, EVENT_DTYPE)
+    for name in names:
+        current[name] = events[name]
+    return current
 
 
 def lane_name(cu_id: int, lane: int = 0) -> str:
@@ -85,6 +106,7 @@ def decode_records(records: np.ndarray, counts: np.ndarray, capacity: int) -> np
     target = (ident >> IDENT_TARGET_SHIFT) & 0xFFFF
     events["target_rank"] = np.where(target == NO_RANK, -1, target)
     events["cu_id"] = (ident >> IDENT_CU_SHIFT) & 0xFFFF
+    events["path"] = (ident >> IDENT_PATH_SHIFT) & 0xFF
     events["xcc_id"] = 0  # Hopper has no XCC: kept for the format (AMD Iris traces have one)
     events["pid"] = where & 0xFFFFFFFF
     events["op_index"] = where >> 32

@@ -14,7 +14,7 @@ own names), and ``SCOPE_BASE + s`` the user's compute scope ``s``.
 
     0 start_ns   1 end_ns   2 address (heap offset: the flag, or a block's first element)
     3 payload_bytes
-    4 event_id | cur_rank << 8 | target_rank << 24 | cu_id << 40
+    4 event_id | cur_rank << 8 | target_rank << 24 | cu_id << 40 | path << 56
     5 pid | op_index << 32          (op_index: sequence number within the SM)
     6 pid_m | pid_n << 32           (tile coordinates, -1 when not given)
     7 value                         (flag value waited for or signalled, else 0)
@@ -131,6 +131,11 @@ W_START, W_END, W_ADDRESS, W_BYTES, W_IDENT, W_WHERE, W_TILE, W_VALUE = range(RE
 IDENT_EVENT_BITS = 8
 IDENT_CUR_RANK_SHIFT, IDENT_TARGET_SHIFT, IDENT_CU_SHIFT = 8, 24, 40
 IDENT_RANK_BITS = IDENT_CU_BITS = 16
+IDENT_PATH_SHIFT = 56
+#: ``path``: how an op reached its target rank, a mapped pointer (same node) or the
+#: cross-node path (NVSHMEM; ``iris.device.crossnode``).
+PATH_MAPPED, PATH_CROSS_NODE = 0, 1
+PATH_NAMES = {PATH_MAPPED: "mapped", PATH_CROSS_NODE: "cross-node"}
 
 # Tracing slots of the context tensor, counted from the first slot after ``heap_size``.
 SLOT_ENABLED, SLOT_MAX_EVENTS, SLOT_REGION_CAPACITY, SLOT_NUM_REGIONS = 0, 1, 2, 3

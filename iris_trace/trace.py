@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .clock import ClockFit, fit_all
-from .events import EVENT_DTYPE
+from .events import EVENT_DTYPE, upgrade
 
 FORMAT = "iris-trace-rank/1"
 
@@ -99,7 +99,7 @@ class RankTrace:
         try:
             with np.load(path, allow_pickle=False) as data:
                 meta = json.loads(str(data["meta"]))
-                events = data["events"]
+                events = upgrade(data["events"])
                 sync_enable = data["sync_enable"]
                 sync_collect = data["sync_collect"] if "sync_collect" in data.files else None
         except FileNotFoundError:

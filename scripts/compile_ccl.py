@@ -3,7 +3,10 @@
 Needs no GPU: it catches kernels that only the interpreter accepts, and shows
 that flat collectives keep 16-byte vector accesses after heap translation.
 
-    IRIS_BACKEND=cuda python scripts/compile_ccl.py
+    IRIS_BACKEND=cuda python scripts/compile_ccl.py [fp32 bf16] [--dump DIR]
+
+``--dump`` writes each kernel's instruction stream to ``DIR/<name>.ptx`` (as
+``inspect_ptx.py --dump``), so a change that must not alter code is checked by a diff.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sys
 os.environ.setdefault("IRIS_BACKEND", "cuda")
 
 import triton
-from inspect_ptx import memory_ops
+from inspect_ptx import instructions, memory_ops
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -87,8 +90,14 @@ def compile_ptx(kernel, signature: dict, constexprs: dict) -> str:
 if __name__ == "__main__":
     if iris.BACKEND != "cuda":
         sys.exit("run with IRIS_BACKEND=cuda (no GPU is needed)")
-    for dtype in sys.argv[1:] or ["fp32", "bf16"]:
+    args = sys.argv[1:]
+    dump = args[args.index("--dump") + 1] if "--dump" in args else None
+    dtypes = [a for a in args if a not in ("--dump", dump)] or ["fp32", "bf16"]
+    for dtype in dtypes:
         for name, kernel, signature, constexprs in kernels(dtype):
-            if name == "all_reduce_atomic" and dtype != "fp32":
-                continue
-            print(f"{name}[{dtype}]", memory_ops(compile_ptx(kernel, signature, constexprs)), flush=True)
+            ptx = compile_ptx(kernel, signature, constexprs)
+            print(f"{name}[{dtype}]", memory_ops(ptx), flush=True)
+            if dump:
+                os.makedirs(dump, exist_ok=True)
+                with open(os.path.join(dump, f"{name}[{dtype}].ptx"), "w") as file:
+                    file.write("\n".join(instructions(ptx)) + "\n")

@@ -10,7 +10,7 @@ It then checks that a consumer can share SMs with the GEMM
 compiled to cubins with the specialisation a launch gives them, must split an
 SM's registers between them (``iris.ops.config.split_sm_registers``).
 
-    IRIS_BACKEND=cuda python scripts/compile_ops_kernels.py
+    IRIS_BACKEND=cuda python scripts/compile_ops_kernels.py [--dump DIR]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import tempfile
 
 import triton
 from compile_ccl import compile_ptx
+from inspect_ptx import instructions
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -150,9 +151,14 @@ def check_consumer_budget() -> bool:
 if __name__ == "__main__":
     if iris.BACKEND != "cuda":
         sys.exit("run with IRIS_BACKEND=cuda (no GPU is needed)")
+    dump = sys.argv[sys.argv.index("--dump") + 1] if "--dump" in sys.argv else None
     for bases, label in (("*u64", "untraced"), ("*i64", "traced")):
         for name, kernel, signature, constexprs in kernels(bases):
             ptx = compile_ptx(kernel, signature, constexprs)
             print(f"{name}[{label}] {len(ptx.splitlines())} lines", flush=True)
+            if dump:
+                os.makedirs(dump, exist_ok=True)
+                with open(os.path.join(dump, f"{name}[{label}].ptx"), "w") as file:
+                    file.write("\n".join(instructions(ptx)) + "\n")
     if not check_consumer_budget():
         sys.exit("a consumer and the GEMM kernel do not fit on one SM (split_sm_registers)")

@@ -5,6 +5,9 @@ multi-rank tests run at; on a 2-GPU machine use ``1,2``, or keep ``1,2,4`` with
 ``IRIS_RANKS_PER_GPU=2`` (ranks share GPUs). Tests that need several ranks but
 not every size (planted hangs, examples, whole traced runs) run at the smallest
 multi-rank size listed, :data:`SMALL_WORLD`, and are skipped when none is.
+
+``IRIS_TEST_RANKS_PER_NODE=k`` starts every rank with ``IRIS_RANKS_PER_NODE=k``: the
+same tests then cross "nodes" of k ranks (the cross-node path, ``docs/scale_out.md``).
 """
 
 from __future__ import annotations
@@ -24,12 +27,14 @@ MULTI_RANK_SIZES = [n for n in WORLD_SIZES if n > 1]
 SMALL_WORLD = min(MULTI_RANK_SIZES) if MULTI_RANK_SIZES else None
 
 _pools: dict[tuple, RankPool] = {}
+_PER_NODE = os.environ.get("IRIS_TEST_RANKS_PER_NODE")
+_NODES = {"IRIS_RANKS_PER_NODE": _PER_NODE} if _PER_NODE else {}
 
 
 def get_pool(world_size: int, **extra_env: str) -> RankPool:
     """A live pool of ``world_size`` ranks with ``extra_env`` set, started on first use."""
     # A loaded 2-core CI machine runs 4 interpreted ranks; a slow peer is not a hang.
-    extra_env = {"IRIS_EMU_WAIT_TIMEOUT": "150", **extra_env}
+    extra_env = {"IRIS_EMU_WAIT_TIMEOUT": "150", **_NODES, **extra_env}
     key = (world_size, tuple(sorted(extra_env.items())))
     pool = _pools.get(key)
     if pool is None or not pool.alive:

@@ -26,8 +26,12 @@ PUT, SIGNAL, WAIT, SCOPE = 4, 15, 16, 64
 def make_events(rows):
     """rows: (event_id, rank, target, cu, pid, start, end, address, bytes, value)."""
     events = np.zeros(len(rows), EVENT_DTYPE)
-    for i, (event_id, rank, target, cu, pid, start, end, address, nbytes, value) in enumerate(rows):
-        events[i] = (event_id, rank, target, cu, 0, pid, -1, -1, i, start, end, address, nbytes, value)
+    fields = ("event_id", "cur_rank", "target_rank", "cu_id", "pid", "start_ns", "end_ns", "address")
+    for i, row in enumerate(rows):
+        for field, value in zip((*fields, "payload_bytes", "value"), row):
+            events[i][field] = value
+        events[i]["pid_m"] = events[i]["pid_n"] = -1
+        events[i]["op_index"] = i
     return events
 
 

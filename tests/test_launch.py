@@ -18,7 +18,7 @@ EXAMPLES = sorted(
 )
 
 
-def run_example(name: str, nprocs: int, *args: str) -> subprocess.CompletedProcess:
+def run_example(name: str, nprocs: int, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     command = [
         sys.executable,
         "-m",
@@ -30,7 +30,8 @@ def run_example(name: str, nprocs: int, *args: str) -> subprocess.CompletedProce
         os.path.join(ROOT, "examples", name),
         *args,
     ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    environment = {**os.environ, **(env or {})}
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT, env=environment)
 
 
 def test_examples_are_numbered_as_documented():

@@ -50,6 +50,7 @@ ARGS = {
     7: "op_index",
     8: "value",
     9: "cu_id",
+    10: "path",  # 0: through a mapped pointer (same node), 1: the cross-node path
 }
 COUNTER_BINS = 1000
 #: Packets encoded per numpy pass: about 1 MiB of rows, so the rows and their words stay in the

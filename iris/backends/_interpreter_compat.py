@@ -21,6 +21,11 @@ Each fix changes nothing where the interpreter already works:
 - **Floating-point exchange.** The interpreter's ``atomic_xchg`` accepts only
   integers; an exchange moves bits, so 32- and 64-bit floats go through the
   integer of their width.
+- **bf16 atomic add.** The interpreter adds bf16 values (stored as ``uint16``) as
+  integers; a bf16 add becomes a compare-swap loop on the 16-bit words, atomic
+  across the rank processes that share the heaps.
+- **Launch hooks.** :data:`AFTER_LAUNCH` runs after every interpreted launch (the
+  emulation backend delivers cross-node writes there).
 - **Aggregate methods.** Triton's ``_aggregate`` attaches only compiled-mode
   ``JITFunction`` members; under the interpreter they are ``InterpretedFunction``
   objects and would be dropped (:func:`finish_aggregate` attaches them).
@@ -29,6 +34,7 @@ Each fix changes nothing where the interpreter already works:
 from __future__ import annotations
 
 import numpy as np
+from triton._C.libtriton import interpreter as _native
 from triton.runtime import interpreter as _interpreter
 from triton.runtime import jit as _jit
 
@@ -57,6 +63,26 @@ def _interpreted(jit_function):
         interpreted = _interpreter.InterpretedFunction(jit_function.fn)
         jit_function.__dict__["_iris_interpreted"] = interpreted
     return interpreted
+
+
+#: Called after every interpreted launch (the emulation backend completes cross-node writes there).
+AFTER_LAUNCH: list = []
+
+
+def _patch_launch_hooks() -> None:
+    cls = _interpreter.InterpretedFunction
+    original = cls.run
+    if getattr(original, "_iris_hooked", False):
+        return
+
+    def run(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        for hook in AFTER_LAUNCH:
+            hook()
+        return result
+
+    run._iris_hooked = True
+    cls.run = run
 
 
 def _patch_jit_functions() -> None:
@@ -98,16 +124,52 @@ def _patch_bf16_constants() -> None:
     builder.get_bf16 = lambda self, value: _interpreter.TensorHandle(_bf16_bits(value), tl.bfloat16)
 
 
+def _bf16_to_float(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _float_to_bf16(values: np.ndarray) -> np.ndarray:
+    bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _bf16_atomic_add(pointers: np.ndarray, addends: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """bf16 atomic add (the interpreter adds bf16 bits as integers): a compare-swap loop per element.
+
+    Ranks are processes adding into shared memory at once, so each element is swapped
+    in only if nobody changed it since it was read; the others read again and retry.
+    """
+    shape = pointers.shape
+    pointers, addends = pointers.reshape(-1), np.broadcast_to(addends, shape).reshape(-1)
+    pending = np.broadcast_to(mask, shape).reshape(-1).copy()
+    old = np.zeros(pointers.size, np.uint16)
+    seen = _native.load(pointers, pending, old.copy(), np.dtype(np.uint16))
+    acq_rel = _native.MEM_SEMANTIC.ACQUIRE_RELEASE
+    while pending.any():
+        at = np.nonzero(pending)[0]
+        wanted = _float_to_bf16(_bf16_to_float(seen[at]) + _bf16_to_float(addends[at]))
+        got = _native.atomic_cas(pointers[at], seen[at], wanted, acq_rel)
+        swapped = got == seen[at]
+        old[at[swapped]] = seen[at[swapped]]
+        pending[at[swapped]] = False
+        seen[at[~swapped]] = got[~swapped]
+    return old.reshape(shape)
+
+
 def _patch_float_exchange() -> None:
     builder = _interpreter.InterpreterBuilder
     original = builder.create_atomic_rmw
     if getattr(original, "_iris_fixed", False):
         return
+    import triton.language as tl
     from triton._C.libtriton import ir
 
     integer_of = {np.dtype(np.float32): np.int32, np.dtype(np.float64): np.int64}
 
     def create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope):
+        if rmw_op == ir.ATOMIC_OP.FADD and val.dtype.scalar == tl.bfloat16:
+            old = _bf16_atomic_add(ptr.data, val.data, mask.data)
+            return _interpreter.TensorHandle(old, val.dtype.scalar)
         as_integer = integer_of.get(val.data.dtype)
         if rmw_op != ir.ATOMIC_OP.XCHG or as_integer is None:
             return original(self, rmw_op, ptr, val, mask, sem, scope)
@@ -146,5 +208,6 @@ def apply() -> None:
     _applied = True
     _patch_numpy_index()
     _patch_jit_functions()
+    _patch_launch_hooks()
     _patch_bf16_constants()
     _patch_float_exchange()

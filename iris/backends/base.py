@@ -186,6 +186,25 @@ class Backend(ABC):
         """
         raise NotImplementedError(f"the {self.name} backend has no stream-ordered waits")
 
+    def check_nodes(self, num_nodes: int) -> None:
+        """Raise a clear error when this backend cannot run a job that spans ``num_nodes`` nodes.
+
+        Example:
+            >>> ctx.backend.check_nodes(2)   # IRIS_RANKS_PER_NODE=2 with 4 ranks
+        """
+        if num_nodes > 1:
+            raise RuntimeError(f"iris: the {self.name} backend cannot reach ranks on other nodes")
+
+    def complete_remote_writes(self) -> None:  # noqa: B027 - nothing to do where writes land at once
+        """Complete every cross-node write this rank has issued (NVSHMEM's quiet), so peers see them.
+
+        The host barrier calls it; device code completes its own at every release
+        (``signal``, release atomics). Nothing to do within one node.
+
+        Example:
+            >>> ctx.backend.complete_remote_writes()
+        """
+
     def accepts_device(self, requested: torch.device, heap_device: torch.device) -> bool:
         """Whether a user's ``device=`` argument names this rank's heap device."""
         if requested.type != heap_device.type:

@@ -16,6 +16,7 @@ import tempfile
 
 import torch
 
+from . import _interpreter_compat
 from .base import Allocation, Backend, CopyLanes
 
 #: SMs reported by ``get_cu_count()``; tracing maps program ids onto them.
@@ -73,6 +74,37 @@ class _ImmediateLanes(CopyLanes):
         pass
 
 
+class RemoteWrites:
+    """This rank's cross-node writes in flight: the emulation's model of NVSHMEM completion.
+
+    A put to a rank of another node (``IRIS_RANKS_PER_NODE``) is not written when it
+    is issued: its bytes wait here until this rank completes its writes (a ``quiet``:
+    every release op does one, and so does the host barrier), as NVSHMEM leaves a put
+    incomplete until ``nvshmem_quiet``. NVSHMEM still delivers a put eventually, so the
+    writes also land when this rank spins in a wait (``intrinsics.progress``) and when
+    its kernel ends. A program that reads cross-node data before any of these, without a
+    signal in between, sees stale data here as it could on a cluster.
+    """
+
+    _pending: list[tuple[int, bytes]] = []
+
+    @classmethod
+    def defer(cls, addresses, data) -> None:
+        """Hold the write of ``data[i]`` (bytes) to raw address ``addresses[i]`` until :meth:`complete`."""
+        cls._pending.extend(zip((int(a) for a in addresses), data))
+
+    @classmethod
+    def complete(cls) -> int:
+        """Write everything held, in issue order; returns how many writes landed."""
+        pending, cls._pending = cls._pending, []
+        for address, data in pending:
+            ctypes.memmove(address, data, len(data))
+        return len(pending)
+
+
+_interpreter_compat.AFTER_LAUNCH.append(RemoteWrites.complete)
+
+
 class EmulatedBackend(Backend):
     name = "emulated"
     interpreted = True
@@ -122,6 +154,12 @@ class EmulatedBackend(Backend):
 
     def synchronize(self, device: torch.device, stream=None) -> None:
         pass  # the interpreter runs kernels synchronously
+
+    def check_nodes(self, num_nodes: int) -> None:
+        pass  # every "node" is a group of processes of this host: the model runs anywhere
+
+    def complete_remote_writes(self) -> None:
+        RemoteWrites.complete()
 
     def accepts_device(self, requested: torch.device, heap_device: torch.device) -> bool:
         # Code written for GPUs says device="cuda"; here the CPU stands in for the GPU.

@@ -203,8 +203,9 @@ def atomic_kernel(
     )
 
 
-#: Element types with an exact atomic add on both backends.
-ATOMIC_DTYPES = (torch.float32, torch.int32)
+#: Element types with an atomic add on both backends (half precision rounds at every add, in
+#: whatever order the members' adds land, so its results are not bit-identical between runs).
+ATOMIC_DTYPES = (torch.float32, torch.int32, torch.float16, torch.bfloat16)
 KERNELS = {
     "one_shot": one_shot_kernel,
     "two_shot": two_shot_kernel,
@@ -287,7 +288,12 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
             if variant == "atomic" and op is not ReduceOp.SUM:
                 errors.append(f"the atomic variant only sums, not {op.name}")
             if variant == "atomic" and inp.dtype not in ATOMIC_DTYPES:
-                errors.append(f"the atomic variant adds fp32 or int32, not {inp.dtype}; pick another variant")
+                added = "fp32, int32, fp16 or bf16"
+                errors.append(f"the atomic variant adds {added}, not {inp.dtype}: pick another variant")
+            if variant == "atomic" and inp.element_size() < 4 and ctx.ranks_per_node < ctx.num_ranks:
+                errors.append(
+                    f"the atomic variant cannot add {inp.dtype} across nodes (NVSHMEM has no 16-bit atomics)"
+                )
         signature = (
             describe_tensor(out, ctx, out_on_heap),
             describe_tensor(inp, ctx, protocol == "direct"),

@@ -88,6 +88,7 @@ def receive(slot, BLOCK: tl.constexpr, mask, epoch, heap_bases, op: tl.constexpr
                 flags = (got >> 32).to(tl.int32)
                 seen = tl.min(tl.where(mask & (flags != epoch), flags, epoch), axis=0)
                 flight.expire(heap_bases, slot, "eq", epoch, seen, waited, timeout, op)
+            hw.progress()
             got = tl.load(words, mask=mask, other=0, volatile=True)
             late = _late(got, mask, epoch)
     tracing.end(heap_bases, start, tracing.WAIT_UNTIL, layout.cur_rank(heap_bases), slot, None, epoch)

@@ -44,7 +44,6 @@ all_reduce pushed beats the direct two-shot at every size (256 MiB: 1158 against
 import triton
 import triton.language as tl
 
-from ..device import intrinsics as hw
 from ..device import rma
 from . import device as ccl
 from .device import RANK_ARGS
@@ -73,7 +72,7 @@ def _tile(column, j, n, lanes, MODE: tl.constexpr, GROUP: tl.constexpr, BLOCK: t
 def _raise_on_members(row, value, cur_rank, ranks, my_index, GROUP: tl.constexpr, heap_bases):
     # ``row[cur_rank] = value`` on every other member, after everything this program
     # wrote: one system fence for all members, then relaxed sets (as ``barrier.arrive``).
-    hw.fence_system()
+    rma.fence()
     for i in tl.static_range(1, GROUP):
         peer = tl.load(ranks + (my_index + i) % GROUP)
         rma.signal(row + cur_rank, value, cur_rank, peer, heap_bases, sem="relaxed")

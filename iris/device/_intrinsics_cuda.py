@@ -91,6 +91,12 @@ def sleep_ns(NS: tl.constexpr):
 
 
 @triton.jit
+def progress():
+    """Called by every spin loop; nothing to do on GPUs, where communication progresses by itself."""
+    pass
+
+
+@triton.jit
 def fence_system():
     """Order this thread's earlier writes before its later ones for every observer, the CPU included."""
     tl.inline_asm_elementwise(

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import triton.language as tl
 
-from ..backends.emulated import virtual_sm_count
+from ..backends.emulated import RemoteWrites, virtual_sm_count
 from ..config import emulated_wait_timeout, wait_timeout
 
 #: Under the interpreter every wait can read the current global timeout at run time.
@@ -44,6 +44,11 @@ def _values(x):
 def load_acquire(pointer, scope):
     # The interpreter executes one program at a time and reads memory directly.
     return tl.load(pointer, volatile=True)
+
+
+def progress():
+    # A rank that spins lets its cross-node puts land, as NVSHMEM delivers them eventually.
+    RemoteWrites.complete()
 
 
 def spin_start():

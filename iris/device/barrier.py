@@ -15,7 +15,6 @@ never reaches times out (``Iris.set_wait_timeout``) with a report naming that me
 import triton
 import triton.language as tl
 
-from . import intrinsics as hw
 from . import rma
 
 
@@ -41,7 +40,7 @@ def arrive(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
     tl.store(row + cur_rank, epoch)
     # One system fence for all peers, then relaxed adds: a release add per peer would
     # wait for the previous peer's round trip before leaving.
-    hw.fence_system()
+    rma.fence()
     for i in tl.static_range(GROUP):
         peer = tl.load(ranks + i)
         if peer != cur_rank:

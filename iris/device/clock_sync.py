@@ -10,17 +10,20 @@ clock and ``(t3 - t0) - (t2 - t1)`` the round trip (see ``iris_trace.clock``).
 import triton
 import triton.language as tl
 
+from . import crossnode, layout, rma
 from . import intrinsics as hw
-from . import rma
 
 
 @triton.jit
 def _raise_flag(flag, value, cur_rank, peer, heap_bases):
     # rma.signal without its flight-recorder entry: recording between the two stamps of
     # one side only would make the paths asymmetric and bias the measured offset.
-    remote = rma.translate(flag, cur_rank, peer, heap_bases)
     tl.debug_barrier()
-    tl.atomic_xchg(remote, value, sem="release", scope="sys")
+    if crossnode.SCALE_OUT and layout.off_node(heap_bases, cur_rank, peer):
+        crossnode.atomic("xchg", flag, value, peer, heap_bases)
+    else:
+        remote = rma.translate(flag, cur_rank, peer, heap_bases)
+        tl.atomic_xchg(remote, value, sem="release", scope="sys")
 
 
 @triton.jit

@@ -4,13 +4,19 @@ Each rank hands its kernels one int64 tensor (``Iris.get_device_context()``) tha
 everything a device op needs to know about the job::
 
     [cur_rank, world_size, heap_base_0 .. heap_base_{n-1}, heap_size,
-     <TRACING_SLOTS tracing slots>, <FLIGHT_SLOTS flight-recorder slots>]
+     <TRACING_SLOTS tracing slots>, <FLIGHT_SLOTS flight-recorder slots>,
+     ranks_per_node, scratch]
 
 The functional API's ``heap_bases`` (``Iris.get_heap_bases()``) is a view of the
 ``heap_base_*`` slots, so every other slot is reachable from it: the rank two slots
 before it, the world size one before, the heap size ``world_size`` after it, then the
-tracing and flight slots. The host builds and fills the tensor through the functions
-below and kernels read it through the accessors below; no other module counts slots.
+tracing and flight slots, the ranks per node (rank ``r`` is on node
+``r // ranks_per_node``) and last the address of this rank's scratch word (8 bytes of
+the heap's reserved region, at the same offset on every rank: a cross-node path may aim
+masked-off lanes there). The node slots come last so that single-node kernels, which
+never read them, address every other slot as before. The host builds and fills the
+tensor through the functions below and kernels read it through the accessors below;
+no other module counts slots.
 
 The tracing slots' contents are part of the trace format (``iris_trace.schema``:
 ``SLOT_*``); the flight recorder's are ``iris.device.flight.SLOT_*``.
@@ -35,12 +41,15 @@ HEADER_SLOTS = 2
 TRACING_SLOTS = schema.TRACING_SLOTS
 #: Slots of wait timeouts and the flight recorder (``iris.device.flight.SLOT_*``).
 FLIGHT_SLOTS = 7
+#: Bytes of the scratch word the cross-node path writes masked-off lanes to.
+SCRATCH_BYTES = 8
 
 # Constexpr copies for kernels: slots before heap_bases, counted back from it.
 _HEADER: tl.constexpr = tl.constexpr(HEADER_SLOTS)
 _RANK_BACK: tl.constexpr = tl.constexpr(HEADER_SLOTS - RANK_SLOT)
 _WORLD_SIZE_BACK: tl.constexpr = tl.constexpr(HEADER_SLOTS - WORLD_SIZE_SLOT)
 _TRACING_SLOTS: tl.constexpr = tl.constexpr(TRACING_SLOTS)
+_FLIGHT_SLOTS: tl.constexpr = tl.constexpr(FLIGHT_SLOTS)
 
 
 # ---------------------------------------------------------------- host side
@@ -50,7 +59,7 @@ def context_length(world_size: int) -> int:
     Example:
         >>> context = torch.zeros(layout.context_length(4), dtype=torch.int64)
     """
-    return HEADER_SLOTS + world_size + 1 + TRACING_SLOTS + FLIGHT_SLOTS
+    return scratch_slot(world_size) + 1
 
 
 def heap_bases_slots(world_size: int) -> slice:
@@ -78,6 +87,24 @@ def flight_slot(world_size: int, slot: int) -> int:
         >>> context[layout.flight_slot(4, flight.SLOT_TIMEOUT_NS)] = 10**9
     """
     return tracing_slot(world_size, TRACING_SLOTS + int(slot))
+
+
+def ranks_per_node_slot(world_size: int) -> int:
+    """Index in the context tensor of the ranks per node.
+
+    Example:
+        >>> context[layout.ranks_per_node_slot(4)] = 2
+    """
+    return flight_slot(world_size, FLIGHT_SLOTS)
+
+
+def scratch_slot(world_size: int) -> int:
+    """Index in the context tensor of the scratch word's address.
+
+    Example:
+        >>> context[layout.scratch_slot(4)] = scratch.data_ptr()
+    """
+    return ranks_per_node_slot(world_size) + 1
 
 
 # ---------------------------------------------------------------- device side
@@ -109,6 +136,18 @@ def world_size(heap_bases):
         >>> peers = layout.world_size(heap_bases) - 1
     """
     return tl.load(heap_bases - _WORLD_SIZE_BACK).to(tl.int64, bitcast=True)
+
+
+@triton.jit
+def off_node(heap_bases, rank_a, rank_b):
+    """Whether ``rank_a`` and ``rank_b`` run on different nodes (so no mapped pointer joins them).
+
+    Example:
+        >>> if layout.off_node(heap_bases, cur_rank, peer):
+        >>>     crossnode.put(ptr, values, peer, heap_bases, mask)
+    """
+    per_node = tl.load(flight_slots(heap_bases) + _FLIGHT_SLOTS).to(tl.int64, bitcast=True)
+    return tl.cast(rank_a, tl.int64) // per_node != tl.cast(rank_b, tl.int64) // per_node
 
 
 @triton.jit
@@ -149,3 +188,13 @@ def flight_slots(heap_bases):
         >>> timeout = tl.load(layout.flight_slots(heap_bases) + flight.SLOT_TIMEOUT_NS)
     """
     return tracing_slots(heap_bases) + _TRACING_SLOTS
+
+
+@triton.jit
+def scratch(heap_bases):
+    """Address (int64) of this rank's scratch word; every rank's is at the same heap offset.
+
+    Example:
+        >>> address = tl.where(mask, ptr.to(tl.int64), layout.scratch(heap_bases))
+    """
+    return tl.load(flight_slots(heap_bases) + _FLIGHT_SLOTS + 1).to(tl.int64, bitcast=True)

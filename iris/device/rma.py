@@ -9,6 +9,12 @@ Argument order follows Iris: ``load(ptr, to_rank, from_rank, ...)`` reads
 ``from_rank``'s memory into ``to_rank`` (the caller); ``store(ptr, value,
 from_rank, to_rank, ...)`` writes from ``from_rank`` (the caller) into ``to_rank``.
 
+Ranks on other nodes (jobs that span nodes, ``docs/scale_out.md``) have no mapped
+heap: each op decides per call, from the context tensor, whether its target is on
+this node, and takes the cross-node path (:mod:`iris.device.crossnode`) when not.
+Single-node jobs compile without that branch: ``crossnode.SCALE_OUT and ...`` is
+the constant ``False`` there, so the test and the cross-node path are left out.
+
 Memory model (see docs/memory_model.md): plain loads and stores are weak;
 atomics default to ``sem="acq_rel"``, ``scope="sys"`` so they are coherent and
 ordered across GPUs; ``signal`` is a release at system scope issued after a
@@ -20,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ..config import DEBUG as _DEBUG
-from . import flight, layout, tracing
+from . import crossnode, flight, layout, tracing
 from . import intrinsics as hw
 
 DEBUG: tl.constexpr = tl.constexpr(_DEBUG)
@@ -42,6 +48,22 @@ def _check_in_heap(ptr, local_rank, heap_bases, mask, op: tl.constexpr):
     if mask is not None:
         inside = inside | (mask == 0)
     hw.device_check(inside, op + ": pointer is outside the symmetric heap")
+
+
+@triton.jit
+def _complete_for_release(sem: tl.constexpr):
+    # A release orders every earlier write, cross-node puts included: complete them first.
+    if crossnode.SCALE_OUT:
+        if (sem == "release") or (sem == "acq_rel"):
+            crossnode.quiet()
+
+
+@triton.jit
+def _crossing_atomic(pointer, op: tl.constexpr):
+    tl.static_assert(
+        pointer.dtype.element_ty.primitive_bitwidth >= 32,
+        op + ": 8- and 16-bit atomics cannot reach another node (NVSHMEM has none)",
+    )
 
 
 @triton.jit
@@ -69,6 +91,11 @@ def translate(
         _check_rank(local_rank, heap_bases, op)
         _check_rank(remote_rank, heap_bases, op)
         _check_in_heap(ptr, local_rank, heap_bases, mask, op)
+    if crossnode.SCALE_OUT:
+        hw.device_check(
+            layout.off_node(heap_bases, local_rank, remote_rank) == 0,
+            op + ": the rank is on another node, where no pointer reaches (use iris.load/store/get/put)",
+        )
     local_base = layout.heap_base(heap_bases, local_rank)
     remote_base = layout.heap_base(heap_bases, remote_rank)
     # The distance is counted in elements and added to the typed pointer: Triton's
@@ -108,9 +135,14 @@ def load(
         >>> data = iris.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n)
     """
     start = tracing.begin(heap_bases)
-    remote = translate(pointer, to_rank, from_rank, heap_bases, mask, "iris.load", hint)
-    result = tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
-    tracing.end(heap_bases, start, tracing.LOAD, from_rank, pointer, mask, 0, pid_m, pid_n)
+    path = tracing.PATH_MAPPED
+    if crossnode.SCALE_OUT and layout.off_node(heap_bases, to_rank, from_rank):
+        path = tracing.PATH_CROSS_NODE
+        result = crossnode.get(pointer, from_rank, heap_bases, mask, other)
+    else:
+        remote = translate(pointer, to_rank, from_rank, heap_bases, mask, "iris.load", hint)
+        result = tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
+    tracing.end(heap_bases, start, tracing.LOAD, from_rank, pointer, mask, 0, pid_m, pid_n, path=path)
     return result
 
 
@@ -135,9 +167,14 @@ def store(
         >>> iris.store(buf + offs, values, cur_rank, peer, heap_bases, mask=offs < n)
     """
     start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.store", hint)
-    tl.store(remote, value, mask=mask, cache_modifier=cache_modifier)
-    tracing.end(heap_bases, start, tracing.STORE, to_rank, pointer, mask, 0, pid_m, pid_n)
+    path = tracing.PATH_MAPPED
+    if crossnode.SCALE_OUT and layout.off_node(heap_bases, from_rank, to_rank):
+        path = tracing.PATH_CROSS_NODE
+        crossnode.put(pointer, value, to_rank, heap_bases, mask)
+    else:
+        remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.store", hint)
+        tl.store(remote, value, mask=mask, cache_modifier=cache_modifier)
+    tracing.end(heap_bases, start, tracing.STORE, to_rank, pointer, mask, 0, pid_m, pid_n, path=path)
 
 
 @triton.jit
@@ -177,10 +214,17 @@ def get(
     upstream_order = from_rank == caller
     source = tl.where(upstream_order, to_rank, from_rank)
     space = tl.where(upstream_order, from_rank, to_rank)
-    remote = translate(from_ptr, space, source, heap_bases, mask, "iris.get", hint)
-    data = tl.load(remote, mask=mask, other=other, cache_modifier=load_cache_modifier)
+    path = tracing.PATH_MAPPED
+    if crossnode.SCALE_OUT and layout.off_node(heap_bases, caller, source):
+        path = tracing.PATH_CROSS_NODE
+        # The cross-node path names the object by the caller's own address of it.
+        own = translate(from_ptr, space, caller, heap_bases, mask, "iris.get", hint)
+        data = crossnode.get(own, source, heap_bases, mask, other)
+    else:
+        remote = translate(from_ptr, space, source, heap_bases, mask, "iris.get", hint)
+        data = tl.load(remote, mask=mask, other=other, cache_modifier=load_cache_modifier)
     tl.store(to_ptr, data, mask=mask, cache_modifier=store_cache_modifier)
-    tracing.end(heap_bases, start, tracing.GET, source, from_ptr, mask, 0, pid_m, pid_n)
+    tracing.end(heap_bases, start, tracing.GET, source, from_ptr, mask, 0, pid_m, pid_n, path=path)
 
 
 @triton.jit
@@ -207,10 +251,16 @@ def put(
         >>> iris.put(src + offs, dst + offs, cur_rank, peer, heap_bases, mask=offs < n)
     """
     start = tracing.begin(heap_bases)
-    remote = translate(to_ptr, from_rank, to_rank, heap_bases, mask, "iris.put", hint)
-    data = tl.load(from_ptr, mask=mask, other=other, cache_modifier=load_cache_modifier)
-    tl.store(remote, data, mask=mask, cache_modifier=store_cache_modifier)
-    tracing.end(heap_bases, start, tracing.PUT, to_rank, to_ptr, mask, 0, pid_m, pid_n)
+    path = tracing.PATH_MAPPED
+    if crossnode.SCALE_OUT and layout.off_node(heap_bases, from_rank, to_rank):
+        path = tracing.PATH_CROSS_NODE
+        data = tl.load(from_ptr, mask=mask, other=other, cache_modifier=load_cache_modifier)
+        crossnode.put(to_ptr, data, to_rank, heap_bases, mask)
+    else:
+        remote = translate(to_ptr, from_rank, to_rank, heap_bases, mask, "iris.put", hint)
+        data = tl.load(from_ptr, mask=mask, other=other, cache_modifier=load_cache_modifier)
+        tl.store(remote, data, mask=mask, cache_modifier=store_cache_modifier)
+    tracing.end(heap_bases, start, tracing.PUT, to_rank, to_ptr, mask, 0, pid_m, pid_n, path=path)
 
 
 @triton.jit
@@ -235,11 +285,54 @@ def copy(
         >>> iris.copy(src + offs, dst + offs, peer_a, peer_b, cur_rank, heap_bases)
     """
     start = tracing.begin(heap_bases)
-    source = translate(src_ptr, cur_rank, from_rank, heap_bases, mask, "iris.copy", hint)
-    target = translate(dst_ptr, cur_rank, to_rank, heap_bases, mask, "iris.copy", hint)
-    data = tl.load(source, mask=mask, other=other, cache_modifier=load_cache_modifier)
-    tl.store(target, data, mask=mask, cache_modifier=store_cache_modifier)
-    tracing.end(heap_bases, start, tracing.COPY, to_rank, dst_ptr, mask, 0, pid_m, pid_n)
+    path = tracing.PATH_MAPPED
+    if crossnode.SCALE_OUT and layout.off_node(heap_bases, cur_rank, from_rank):
+        path = tracing.PATH_CROSS_NODE
+        data = crossnode.get(src_ptr, from_rank, heap_bases, mask, other)
+    else:
+        source = translate(src_ptr, cur_rank, from_rank, heap_bases, mask, "iris.copy", hint)
+        data = tl.load(source, mask=mask, other=other, cache_modifier=load_cache_modifier)
+    if crossnode.SCALE_OUT and layout.off_node(heap_bases, cur_rank, to_rank):
+        path = tracing.PATH_CROSS_NODE
+        crossnode.put(dst_ptr, data, to_rank, heap_bases, mask)
+    else:
+        target = translate(dst_ptr, cur_rank, to_rank, heap_bases, mask, "iris.copy", hint)
+        tl.store(target, data, mask=mask, cache_modifier=store_cache_modifier)
+    tracing.end(heap_bases, start, tracing.COPY, to_rank, dst_ptr, mask, 0, pid_m, pid_n, path=path)
+
+
+@triton.jit
+def _mapped_atomic(
+    op: tl.constexpr,
+    pointer,
+    val,
+    from_rank,
+    to_rank,
+    heap_bases,
+    mask,
+    sem: tl.constexpr,
+    scope: tl.constexpr,
+    hint: tl.constexpr,
+):
+    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_" + op, hint)
+    if op == "add":
+        old = tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
+    elif op == "sub":
+        old = tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
+    elif op == "xchg":
+        old = tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
+    elif op == "xor":
+        old = tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
+    elif op == "and":
+        old = tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
+    elif op == "or":
+        old = tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
+    elif op == "min":
+        old = tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
+    else:
+        tl.static_assert(op == "max", "unknown atomic op")
+        old = tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
+    return old
 
 
 @triton.jit
@@ -260,25 +353,18 @@ def _atomic_rmw(
 ):
     # The one body behind every atomic_<op>: translate, apply ``op`` remotely, trace.
     start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_" + op, hint)
-    if op == "add":
-        old = tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
-    elif op == "sub":
-        old = tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
-    elif op == "xchg":
-        old = tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
-    elif op == "xor":
-        old = tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
-    elif op == "and":
-        old = tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
-    elif op == "or":
-        old = tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
-    elif op == "min":
-        old = tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
+    path = tracing.PATH_MAPPED
+    _complete_for_release(sem)
+    if crossnode.SCALE_OUT and layout.off_node(heap_bases, from_rank, to_rank):
+        path = tracing.PATH_CROSS_NODE
+        _crossing_atomic(pointer, "iris.atomic_" + op)
+        if op == "sub":
+            old = crossnode.atomic("add", pointer, -val, to_rank, heap_bases, mask)
+        else:
+            old = crossnode.atomic(op, pointer, val, to_rank, heap_bases, mask)
     else:
-        tl.static_assert(op == "max", "unknown atomic op")
-        old = tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
-    tracing.end(heap_bases, start, event, to_rank, pointer, mask, 0, pid_m, pid_n)
+        old = _mapped_atomic(op, pointer, val, from_rank, to_rank, heap_bases, mask, sem, scope, hint)
+    tracing.end(heap_bases, start, event, to_rank, pointer, mask, 0, pid_m, pid_n, path=path)
     flight.record(heap_bases, event, 0, to_rank, pointer, val, 0, start, mask)
     return old
 
@@ -591,11 +677,35 @@ def atomic_cas(
         >>> old = iris.atomic_cas(lock, 0, 1, cur_rank, peer, heap_bases)
     """
     start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, None, "iris.atomic_cas", hint)
-    old = tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
-    tracing.end(heap_bases, start, tracing.ATOMIC_CAS, to_rank, pointer, None, val, pid_m, pid_n)
+    path = tracing.PATH_MAPPED
+    _complete_for_release(sem)
+    if crossnode.SCALE_OUT and layout.off_node(heap_bases, from_rank, to_rank):
+        path = tracing.PATH_CROSS_NODE
+        _crossing_atomic(pointer, "iris.atomic_cas")
+        old = crossnode.cas(pointer, cmp, val, to_rank, heap_bases)
+    else:
+        remote = translate(pointer, from_rank, to_rank, heap_bases, None, "iris.atomic_cas", hint)
+        old = tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
+    tracing.end(heap_bases, start, tracing.ATOMIC_CAS, to_rank, pointer, None, val, pid_m, pid_n, path=path)
     flight.record(heap_bases, tracing.ATOMIC_CAS, 0, to_rank, pointer, val, cmp, start)
     return old
+
+
+@triton.jit
+def fence():
+    """Order this thread's earlier writes, to every rank, before its later ones (system scope).
+
+    In jobs that span nodes it also completes this rank's cross-node puts. Use it before
+    several ``signal(..., sem="relaxed")`` calls, so the signals share one fence.
+
+    Example:
+        >>> iris.fence()
+        >>> for peer in range(world_size):
+        >>>     iris.signal(flags + cur_rank, 1, cur_rank, peer, heap_bases, sem="relaxed")
+    """
+    hw.fence_system()
+    if crossnode.SCALE_OUT:
+        crossnode.quiet()
 
 
 @triton.jit
@@ -615,7 +725,7 @@ def signal(
 
     Everything this program stored before the call (to any rank) is visible to a
     thread that observes the new flag value with :func:`wait_until`. A program that
-    signals several flags at once may fence once itself (``fence_system``) and pass
+    signals several flags at once may fence once itself (:func:`fence`) and pass
     ``sem="relaxed"``: the signals then do not wait for one another's round trips.
 
     Example:
@@ -624,14 +734,23 @@ def signal(
     """
     tl.static_assert(op == "set" or op == "add", "signal op must be 'set' or 'add'")
     start = tracing.begin(heap_bases)
-    remote = translate(pointer, from_rank, to_rank, heap_bases, None, "iris.signal")
-    # The barrier makes every thread's earlier stores precede the release below.
-    tl.debug_barrier()
-    if op == "set":
-        tl.atomic_xchg(remote, value, sem=sem, scope=scope)
+    path = tracing.PATH_MAPPED
+    if crossnode.SCALE_OUT and layout.off_node(heap_bases, from_rank, to_rank):
+        path = tracing.PATH_CROSS_NODE
+        _crossing_atomic(pointer, "iris.signal")
+        tl.debug_barrier()
+        _complete_for_release(sem)
+        crossnode.atomic("xchg" if op == "set" else "add", pointer, value, to_rank, heap_bases)
     else:
-        tl.atomic_add(remote, value, sem=sem, scope=scope)
-    tracing.end(heap_bases, start, tracing.SIGNAL, to_rank, pointer, None, value, pid_m, pid_n)
+        remote = translate(pointer, from_rank, to_rank, heap_bases, None, "iris.signal")
+        # The barrier makes every thread's earlier stores precede the release below.
+        tl.debug_barrier()
+        _complete_for_release(sem)
+        if op == "set":
+            tl.atomic_xchg(remote, value, sem=sem, scope=scope)
+        else:
+            tl.atomic_add(remote, value, sem=sem, scope=scope)
+    tracing.end(heap_bases, start, tracing.SIGNAL, to_rank, pointer, None, value, pid_m, pid_n, path=path)
     flight.record(heap_bases, tracing.SIGNAL, flight.signal_sub(op), to_rank, pointer, value, 0, start)
 
 
@@ -660,12 +779,25 @@ def _spin(pointer, cmp: tl.constexpr, value, scope: tl.constexpr, BACKOFF_NS: tl
     while not _satisfied(seen, cmp, value):
         if BACKOFF_NS > 0:
             hw.sleep_ns(BACKOFF_NS)
+        hw.progress()
         seen = hw.load_acquire(pointer, scope)
     return seen
 
 
 #: A tensor this long holds a value from every thread of any program (1024 threads at most).
 MAX_THREADS: tl.constexpr = tl.constexpr(1024)
+
+
+@triton.jit
+def _poll(polled, scope: tl.constexpr, heap_bases, far_rank):
+    if crossnode.SCALE_OUT:
+        if far_rank >= 0:
+            seen = crossnode.get(polled, far_rank, heap_bases)
+        else:
+            seen = hw.load_acquire(polled, scope)
+    else:
+        seen = hw.load_acquire(polled, scope)
+    return seen
 
 
 @triton.jit
@@ -679,15 +811,18 @@ def _spin_watched(
     op: tl.constexpr,
     BACKOFF_NS: tl.constexpr,
     polled,
+    far_rank=-1,
 ):
     # ``polled`` is where the flag is read: ``pointer``, or another rank's copy of it;
-    # the flight records keep ``pointer``, whose heap offset names the flag.
+    # the flight records keep ``pointer``, whose heap offset names the flag. With
+    # ``far_rank`` >= 0 the flag is that rank's, on another node, read through the
+    # cross-node path.
     # The clock is read once every CHECK_EVERY spins, so a wait satisfied at once costs
     # the same as without a timeout. The first read marks the wait as slow: only then
     # does it enter the flight recorder (with heap_bases), as a pending entry; threads
     # leave this loop at different polls, so nothing here may use a CTA barrier.
     # Returns the flag and when the wait was first seen to be slow (0: never).
-    seen = hw.load_acquire(polled, scope)
+    seen = _poll(polled, scope, heap_bases, far_rank)
     spins = 0
     started = tl.zeros([], tl.int64)
     while not _satisfied(seen, cmp, value):
@@ -702,7 +837,8 @@ def _spin_watched(
                 flight.expire(heap_bases, pointer, cmp, value, seen, now - started, timeout, op)
         if BACKOFF_NS > 0:
             hw.sleep_ns(BACKOFF_NS)
-        seen = hw.load_acquire(polled, scope)
+        hw.progress()
+        seen = _poll(polled, scope, heap_bases, far_rank)
     return seen, started
 
 
@@ -746,14 +882,30 @@ def wait_until(
     if heap_bases is not None:
         start = tracing.begin(heap_bases)
         caller = layout.cur_rank(heap_bases)
+        far_rank = tl.full([], -1, tl.int64)
+        path = tracing.PATH_MAPPED
         if from_rank is None:
             polled = pointer
             owner = caller
         else:
-            polled = translate(pointer, caller, from_rank, heap_bases, None, op)
             owner = from_rank
+            if crossnode.SCALE_OUT and layout.off_node(heap_bases, caller, from_rank):
+                path = tracing.PATH_CROSS_NODE
+                polled = pointer
+                far_rank = tl.cast(from_rank, tl.int64)
+            else:
+                polled = translate(pointer, caller, from_rank, heap_bases, None, op)
         seen, slow_since = _spin_watched(
-            pointer, cmp, value, scope, flight.timeout_ns(heap_bases), heap_bases, op, backoff_ns, polled
+            pointer,
+            cmp,
+            value,
+            scope,
+            flight.timeout_ns(heap_bases),
+            heap_bases,
+            op,
+            backoff_ns,
+            polled,
+            far_rank,
         )
     elif hw.HAS_STATIC_TIMEOUT:
         seen, slow_since = _spin_watched(
@@ -773,6 +925,7 @@ def wait_until(
             seen,
             pid_m,
             pid_n,
+            path=path,
         )
         # Threads left the loop at their own polls, so each has its own slow_since; the
         # CTA-wide max makes the branch uniform (the records below use CTA barriers).

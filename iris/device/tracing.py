@@ -60,6 +60,10 @@ RECORD_WORDS: tl.constexpr = tl.constexpr(schema.RECORD_WORDS)
 _CUR_RANK_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_CUR_RANK_SHIFT)
 _TARGET_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_TARGET_SHIFT)
 _CU_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_CU_SHIFT)
+_PATH_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_PATH_SHIFT)
+#: How an op reached its target: a mapped pointer (within a node) or the cross-node path.
+PATH_MAPPED: tl.constexpr = tl.constexpr(schema.PATH_MAPPED)
+PATH_CROSS_NODE: tl.constexpr = tl.constexpr(schema.PATH_CROSS_NODE)
 _END_WORD: tl.constexpr = tl.constexpr(schema.W_END)
 
 
@@ -247,9 +251,12 @@ def enabled(heap_bases):
 
 
 @triton.jit
-def end(heap_bases, start, event: tl.constexpr, target_rank, ptr, mask=None, value=0, pid_m=-1, pid_n=-1):
+def end(
+    heap_bases, start, event: tl.constexpr, target_rank, ptr, mask=None, value=0, pid_m=-1, pid_n=-1, path=0
+):
     """Record one event that began at ``start`` (nothing when compiled out, disabled, or when
-    ``mask`` leaves no lane of a block op active).
+    ``mask`` leaves no lane of a block op active). ``path`` says how the op reached its
+    target (``PATH_MAPPED`` or ``PATH_CROSS_NODE``).
 
     Example:
         >>> start = tracing.begin(heap_bases)
@@ -258,7 +265,7 @@ def end(heap_bases, start, event: tl.constexpr, target_rank, ptr, mask=None, val
     """
     if compiled_in(heap_bases.dtype):
         if enabled(heap_bases):
-            record(heap_bases, start, event, target_rank, ptr, mask, value, pid_m, pid_n)
+            record(heap_bases, start, event, target_rank, ptr, mask, value, pid_m, pid_n, path=path)
 
 
 @triton.jit
@@ -273,6 +280,7 @@ def record(
     pid_m=-1,
     pid_n=-1,
     stop=None,
+    path=0,
 ):
     """:func:`end` for a caller that has checked :func:`compiled_in` and :func:`enabled` itself.
 
@@ -291,7 +299,7 @@ def record(
     if nbytes != 0:
         slots = layout.tracing_slots(heap_bases)
         written = _write(
-            slots, start, stop, event, cur_rank, target_rank, offset, nbytes, value, pid_m, pid_n
+            slots, start, stop, event, cur_rank, target_rank, offset, nbytes, value, pid_m, pid_n, path=path
         )
     return written
 
@@ -310,6 +318,7 @@ def _write(
     pid_m,
     pid_n,
     lane=-1,
+    path=0,
 ):
     # ``lane`` >= 0 files the event under that lane id instead of the SM it ran on.
     # Returns the record's index in the buffer (-1: the region was full, the event dropped).
@@ -328,6 +337,7 @@ def _write(
             | (cur_rank.to(tl.int64) << _CUR_RANK_SHIFT)
             | ((tl.cast(target_rank, tl.int64) & 0xFFFF) << _TARGET_SHIFT)
             | ((sm.to(tl.int64) & 0xFFFF) << _CU_SHIFT)
+            | (tl.cast(path, tl.int64) << _PATH_SHIFT)
         )
         where = (_linear_pid().to(tl.int64) & 0xFFFFFFFF) | (index.to(tl.int64) << 32)
         tile = (tl.cast(pid_m, tl.int64) & 0xFFFFFFFF) | (tl.cast(pid_n, tl.int64) << 32)

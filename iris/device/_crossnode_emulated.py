@@ -1,0 +1,79 @@
+"""The cross-node path under emulation: NVSHMEM's completion rule, run on mapped heaps.
+
+Every rank's heap is mapped in every process of the host, so the data can be
+reached directly; what the model keeps is the rule a program could get wrong: a
+cross-node put is not written until the issuing rank's next ``quiet``
+(``iris.backends.emulated.RemoteWrites``). Gets and atomics act on the target's
+memory at once, as NVSHMEM's blocking gets and fetching atomics do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import triton
+import triton.language as tl
+
+from ..backends.emulated import RemoteWrites
+from . import layout
+
+
+@triton.jit
+def _mapped(ptr, rank, heap_bases):
+    # The target's copy as mapped here: only the emulation has one for another node.
+    ELEMENT_BYTES: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
+    distance = layout.heap_base(heap_bases, rank) - layout.heap_base(heap_bases, layout.cur_rank(heap_bases))
+    return ptr + distance // ELEMENT_BYTES
+
+
+def _array(x):
+    return np.asarray(x.handle.data) if hasattr(x, "handle") else np.asarray(x)
+
+
+def _defer(remote, value, mask):
+    addresses = _array(remote).astype(np.uint64)
+    data = np.broadcast_to(_array(value), addresses.shape)
+    keep = np.ones(addresses.shape, bool) if mask is None else np.broadcast_to(_array(mask), addresses.shape)
+    rows = np.ascontiguousarray(data).reshape(-1).view(np.uint8).reshape(addresses.size, -1)
+    keep = keep.reshape(-1)
+    RemoteWrites.defer(addresses.reshape(-1)[keep], [row.tobytes() for row in rows[keep]])
+
+
+@triton.jit
+def put(ptr, value, rank, heap_bases, mask=None):
+    remote = _mapped(ptr, rank, heap_bases)
+    _defer(remote, tl.cast(value, ptr.dtype.element_ty) + tl.zeros(remote.shape, ptr.dtype.element_ty), mask)
+
+
+@triton.jit
+def get(ptr, rank, heap_bases, mask=None, other=None):
+    return tl.load(_mapped(ptr, rank, heap_bases), mask=mask, other=other, volatile=True)
+
+
+@triton.jit
+def atomic(op: tl.constexpr, ptr, value, rank, heap_bases, mask=None):
+    remote = _mapped(ptr, rank, heap_bases)
+    if op == "add":
+        old = tl.atomic_add(remote, value, mask=mask, sem="relaxed", scope="sys")
+    elif op == "xchg":
+        old = tl.atomic_xchg(remote, value, mask=mask, sem="relaxed", scope="sys")
+    elif op == "and":
+        old = tl.atomic_and(remote, value, mask=mask, sem="relaxed", scope="sys")
+    elif op == "or":
+        old = tl.atomic_or(remote, value, mask=mask, sem="relaxed", scope="sys")
+    elif op == "xor":
+        old = tl.atomic_xor(remote, value, mask=mask, sem="relaxed", scope="sys")
+    elif op == "min":
+        old = tl.atomic_min(remote, value, mask=mask, sem="relaxed", scope="sys")
+    else:
+        tl.static_assert(op == "max", "unknown atomic op")
+        old = tl.atomic_max(remote, value, mask=mask, sem="relaxed", scope="sys")
+    return old
+
+
+@triton.jit
+def cas(ptr, cmp, value, rank, heap_bases):
+    return tl.atomic_cas(_mapped(ptr, rank, heap_bases), cmp, value, sem="relaxed", scope="sys")
+
+
+def quiet():
+    RemoteWrites.complete()

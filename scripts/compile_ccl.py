@@ -18,6 +18,7 @@ os.environ.setdefault("IRIS_BACKEND", "cuda")
 
 import triton
 from inspect_ptx import instructions, memory_ops
+from ptx_flow import barriers_in_multi_entry_loops, print_barrier_hazards
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -93,11 +94,14 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     dump = args[args.index("--dump") + 1] if "--dump" in args else None
     dtypes = [a for a in args if a not in ("--dump", dump)] or ["fp32", "bf16"]
+    hazards = {}
     for dtype in dtypes:
         for name, kernel, signature, constexprs in kernels(dtype):
             ptx = compile_ptx(kernel, signature, constexprs)
             print(f"{name}[{dtype}]", memory_ops(ptx), flush=True)
+            hazards[f"{name}[{dtype}]"] = barriers_in_multi_entry_loops(ptx)
             if dump:
                 os.makedirs(dump, exist_ok=True)
                 with open(os.path.join(dump, f"{name}[{dtype}].ptx"), "w") as file:
                     file.write("\n".join(instructions(ptx)) + "\n")
+    print_barrier_hazards(hazards)

@@ -27,6 +27,7 @@ import tempfile
 import triton
 from compile_ccl import compile_ptx
 from inspect_ptx import instructions
+from ptx_flow import barriers_in_multi_entry_loops, print_barrier_hazards
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -152,13 +153,16 @@ if __name__ == "__main__":
     if iris.BACKEND != "cuda":
         sys.exit("run with IRIS_BACKEND=cuda (no GPU is needed)")
     dump = sys.argv[sys.argv.index("--dump") + 1] if "--dump" in sys.argv else None
+    hazards = {}
     for bases, label in (("*u64", "untraced"), ("*i64", "traced")):
         for name, kernel, signature, constexprs in kernels(bases):
             ptx = compile_ptx(kernel, signature, constexprs)
             print(f"{name}[{label}] {len(ptx.splitlines())} lines", flush=True)
+            hazards[f"{name}[{label}]"] = barriers_in_multi_entry_loops(ptx)
             if dump:
                 os.makedirs(dump, exist_ok=True)
                 with open(os.path.join(dump, f"{name}[{label}].ptx"), "w") as file:
                     file.write("\n".join(instructions(ptx)) + "\n")
+    print_barrier_hazards(hazards)
     if not check_consumer_budget():
         sys.exit("a consumer and the GEMM kernel do not fit on one SM (split_sm_registers)")

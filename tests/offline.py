@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -26,3 +27,13 @@ def run_cuda_script(name: str, *args: str, timeout: float = 600) -> str:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
+
+
+@contextlib.contextmanager
+def scripts_importable():
+    """Import pure-Python helpers of ``scripts/`` (ones that neither set the backend nor compile)."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    try:
+        yield
+    finally:
+        sys.path.remove(os.path.join(ROOT, "scripts"))

@@ -79,15 +79,16 @@ def _all_reduce_body(rank, world_size, variant, op):
         return results
 
 
-@pytest.mark.parametrize("variant", ["one_shot", "two_shot", "ring", "atomic"])
+@pytest.mark.parametrize("variant", ["one_shot", "two_shot", "ring", "atomic", "spinlock"])
 def test_all_reduce_sums_like_torch(world, variant):
     for results in world.run(_all_reduce_body, variant, "sum"):
         assert all(results.values()), results
 
 
+@pytest.mark.parametrize("variant", ["two_shot", "spinlock"])
 @pytest.mark.parametrize("op", ["max", "min"])
-def test_all_reduce_max_min(multi_world, op):
-    for results in multi_world.run(_all_reduce_body, "two_shot", op):
+def test_all_reduce_max_min(multi_world, op, variant):
+    for results in multi_world.run(_all_reduce_body, variant, op):
         assert all(results.values()), results
 
 
@@ -398,7 +399,7 @@ def _many_calls_body(rank, world_size):
         ok = []
         for step in range(6):
             inp = _random(ctx, (N,), torch.float32, seed=100 * step + rank)
-            variant = ["one_shot", "two_shot", "ring", "atomic"][step % 4]
+            variant = ["one_shot", "two_shot", "ring", "atomic", "spinlock"][step % 5]
             ctx.ccl.all_reduce(out, inp, config=Config(block_size=64, all_reduce_variant=variant))
             ok.append(_close(out, _reduce(_gather(inp), "sum"), torch.float32))
             ctx.ccl.all_gather(gathered, inp, config=SMALL)
@@ -651,10 +652,11 @@ def test_collectives_replay_under_cuda_graphs(world):
 def test_every_collective_compiles_for_hopper_with_vector_accesses():
     stdout = run_cuda_script("compile_ccl.py", "fp32", "bf16")
     lines = dict(line.split(" ", 1) for line in stdout.splitlines())
-    # 4 all-reduce variants, 4 staged modes, 4 low-latency modes, 2 pushed modes,
+    # 5 all-reduce variants, 4 staged modes, 4 low-latency modes, 2 pushed modes,
     # all_gather, all_to_all, broadcast, for fp32 and bf16; reduce_scatter runs
     # all_reduce_one_shot on its block when no other protocol applies.
-    assert len(lines) == 34, stdout
+    assert len(lines) == 37, stdout  # and the barrier check's line
+    assert lines["barriers_in_multi_entry_loops"] == "{}", stdout
     # Hopper adds bf16 atomically in hardware (atom or red, by Triton version), no compare-swap loop.
     bf16_adds = lines["all_reduce_atomic[bf16]"]
     assert ".add.noftz." in bf16_adds and "bf16" in bf16_adds, stdout

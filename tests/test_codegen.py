@@ -3,7 +3,10 @@
 import re
 
 import pytest
-from offline import run_cuda_script
+from offline import run_cuda_script, scripts_importable
+
+with scripts_importable():
+    from ptx_flow import barriers_in_multi_entry_loops
 
 pytestmark = pytest.mark.codegen
 
@@ -68,6 +71,35 @@ def test_wait_on_a_peer_flag_polls_the_peer_copy_with_a_timeout(ptx_report):
 
 def test_tracing_compiled_out_is_the_same_code_as_no_tracing(ptx_report):
     assert ptx_report["untraced_put_equals_reference"] == "True"
+
+
+def test_no_cta_barrier_sits_in_a_loop_with_two_entries(ptx_report):
+    # Irreducible loops with barriers hung a spinlock on Hopper (scripts/inspect_ptx.py says how).
+    assert ptx_report["barriers_in_multi_entry_loops"] == "{}"
+
+
+#: A loop of blocks 2 and 3 that block 1 enters at both (irreducible), a barrier in each.
+TWO_ENTRY_LOOP = """.entry k()
+{
+$L__BB0_1:
+\t@%p1 bra \t$L__BB0_3;
+$L__BB0_2:
+\tbar.sync \t0;
+\t@%p2 bra \t$L__BB0_4;
+$L__BB0_3:
+\tbar.sync \t0;
+\tbra.uni \t$L__BB0_2;
+$L__BB0_4:
+\tret;
+}
+"""
+
+
+def test_the_barrier_check_finds_a_loop_with_two_entries():
+    assert barriers_in_multi_entry_loops(TWO_ENTRY_LOOP) == 2
+    # The same loop entered at block 2 only is an ordinary loop.
+    single_entry = TWO_ENTRY_LOOP.replace("\t@%p1 bra \t$L__BB0_3;\n", "")
+    assert barriers_in_multi_entry_loops(single_entry) == 0
 
 
 def test_traced_variant_reads_the_timer_and_sm(ptx_report):

@@ -448,5 +448,8 @@ def test_repeated_calls_replay_their_plan_with_new_values(multi_world):
 @pytest.mark.codegen
 def test_ops_kernels_compile_for_hopper():
     stdout = run_cuda_script("compile_ops_kernels.py")
-    # 8 kernels (wait_landed twice), untraced and traced, then the register split beside 3 consumers
-    assert len(stdout.splitlines()) == 19, stdout
+    # 8 kernels (wait_landed twice), untraced and traced, the barrier check, then the
+    # register split beside 3 consumers
+    lines = stdout.splitlines()
+    assert len(lines) == 20, stdout
+    assert "barriers_in_multi_entry_loops {}" in lines, stdout

@@ -1,4 +1,4 @@
-"""All-reduce in four algorithms, one kernel each, and the rule that picks between them.
+"""All-reduce in five algorithms, one kernel each, and the rule that picks between them.
 
 * ``one_shot``: every rank reads every member's input and reduces all of it.
   One round of remote reads: the lowest latency, ``group_size`` times the traffic.
@@ -13,11 +13,16 @@
 * ``ring``: the classic ``2 (group_size - 1)`` neighbour steps, pulling partial
   sums from the previous rank's output; per-tile step counters replace barriers.
 * ``atomic``: every rank zeroes its output, then atomically adds its input into
-  every member's output (fp32 and int32).
+  every member's output (fp32, int32, fp16 and bf16).
+* ``spinlock``: every rank starts its output from its own input, then adds its input
+  into every peer's output with plain loads and stores, holding a lock at that peer
+  (upstream Iris's variant: any dtype and reduction, no atomics on the data). Program
+  ``p`` of every member works on the same tiles, so one lock per program at each
+  member serialises exactly the adders that touch the same tiles.
 
 Inputs are read remotely by ``one_shot`` and ``two_shot`` (so they must be on
-the heap); outputs are written remotely by ``two_shot`` and ``atomic`` and read
-remotely by ``ring``.
+the heap); outputs are written remotely by ``two_shot``, ``atomic`` and ``spinlock``
+and read remotely by ``ring`` and ``spinlock``.
 """
 
 from __future__ import annotations
@@ -203,6 +208,52 @@ def atomic_kernel(
     )
 
 
+@triton.jit(do_not_specialize=RANK_ARGS)
+def spinlock_kernel(
+    out,
+    inp,
+    n,
+    flags,
+    ranks,
+    my_index,
+    cur_rank,
+    world_size,
+    max_programs,
+    heap_bases,
+    GROUP: tl.constexpr,
+    BLOCK: tl.constexpr,
+    OP: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    tiles = tl.cdiv(n, BLOCK)
+    # Each output starts as its own input; peers may add into it only after that,
+    # which the ready row of program p (the only program touching these tiles) says.
+    for tile in range(pid, tiles, programs):
+        offsets = tile * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(out + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
+    ccl.sync_row(
+        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
+    lock = ccl.flag_row(flags, ccl.LOCKS, pid, max_programs, world_size)
+    for tile in range(pid, tiles, programs):
+        offsets = tile * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        mine = ccl.accumulator(tl.load(inp + offsets, mask=mask))
+        for i in tl.static_range(1, GROUP):
+            peer = tl.load(ranks + (my_index + i) % GROUP)
+            ccl.acquire_lock(lock, cur_rank, peer, heap_bases, "iris.ccl.all_reduce")
+            # Past this SM's L1: the previous holder wrote from another SM (or GPU).
+            current = rma.load(out + offsets, cur_rank, peer, heap_bases, mask=mask, cache_modifier=".cg")
+            total = ccl.combine(ccl.accumulator(current), mine, OP)
+            rma.store(out + offsets, total.to(out.dtype.element_ty), cur_rank, peer, heap_bases, mask=mask)
+            ccl.release_lock(lock, cur_rank, peer, heap_bases)
+    ccl.sync_row(
+        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
+    )
+
+
 #: Element types with an atomic add on both backends (half precision rounds at every add, in
 #: whatever order the members' adds land, so its results are not bit-identical between runs).
 ATOMIC_DTYPES = (torch.float32, torch.int32, torch.float16, torch.bfloat16)
@@ -211,6 +262,7 @@ KERNELS = {
     "two_shot": two_shot_kernel,
     "ring": ring_kernel,
     "atomic": atomic_kernel,
+    "spinlock": spinlock_kernel,
 }
 #: Where each variant needs the tensors to be: (inp on the heap, out on the heap).
 ON_HEAP = {
@@ -218,6 +270,7 @@ ON_HEAP = {
     "two_shot": (True, True),
     "ring": (False, True),
     "atomic": (False, True),
+    "spinlock": (False, True),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import astuple, dataclass
 
-ALL_REDUCE_VARIANTS = ("auto", "one_shot", "two_shot", "ring", "atomic")
+ALL_REDUCE_VARIANTS = ("auto", "one_shot", "two_shot", "ring", "atomic", "spinlock")
 #: How data crosses between ranks (``Config.protocol``).
 PROTOCOLS = ("auto", "low_latency", "staged", "pushed", "direct")
 
@@ -52,8 +52,10 @@ class Config:
         num_warps (int): warps per program.
         all_reduce_variant (str): ``"one_shot"`` (every rank reads every input:
             lowest latency), ``"two_shot"`` (reduce-scatter then all-gather: least
-            traffic), ``"ring"``, ``"atomic"`` (atomic adds into every output: fp32
-            and int32), or ``"auto"`` (one-shot up to ``one_shot_max_bytes``, two-shot above).
+            traffic), ``"ring"``, ``"atomic"`` (atomic adds into every output: fp32,
+            int32, fp16, bf16), ``"spinlock"`` (adds into every output under a lock
+            held at that output's rank: any dtype and reduction), or ``"auto"``
+            (one-shot up to ``one_shot_max_bytes``, two-shot above).
         one_shot_max_bytes (int): the ``"auto"`` switch point; ``None`` scales
             with the group size (see :func:`iris.ccl.all_reduce.pick_variant`).
         protocol (str): how calls move data. ``"low_latency"`` sends data and

@@ -41,7 +41,7 @@ from ..device.barrier import arrive, wait_arrivals
 __all__ = [
     "arrive", "wait_arrivals", "sync_row", "push_tile", "combine", "accumulator", "reduce_tile", "flag_row",
     "acquire_lock", "release_lock",
-    "READY", "DONE", "STEPS", "ARRIVED", "LANDED", "PHASES", "RANK_ARGS",
+    "READY", "DONE", "STEPS", "ARRIVED", "LANDED", "LOCKS", "PHASES", "RANK_ARGS",
 ]  # fmt: skip
 
 #: Kernel arguments that differ between ranks. Not specialising them (Triton would
@@ -49,14 +49,16 @@ __all__ = [
 RANK_ARGS = ["my_index", "cur_rank"]
 
 #: A group's flag rows (``flag_row``'s ``phase``): ready, done, the ring's step counters,
-#: and the pushed protocol's arrivals and landed results (:mod:`iris.ccl.pushed`).
+#: the pushed protocol's arrivals and landed results (:mod:`iris.ccl.pushed`), and the
+#: spinlock all-reduce's locks (the first word of a program's row).
 READY: tl.constexpr = tl.constexpr(0)
 DONE: tl.constexpr = tl.constexpr(1)
 STEPS: tl.constexpr = tl.constexpr(2)
 ARRIVED: tl.constexpr = tl.constexpr(3)
 LANDED: tl.constexpr = tl.constexpr(4)
+LOCKS: tl.constexpr = tl.constexpr(5)
 #: Number of flag rows per program (the host reserves them: ``Runtime.flag_piece``).
-PHASES = 5
+PHASES = 6
 
 #: Lock states (:func:`acquire_lock`, :func:`release_lock`).
 _FREE: tl.constexpr = tl.constexpr(0)
@@ -76,10 +78,14 @@ def acquire_lock(lock, cur_rank, owner, heap_bases, op: tl.constexpr):
         >>> ...  # read-modify-write peer's data
         >>> ccl.release_lock(lock, cur_rank, peer, heap_bases)
     """
-    old = rma.atomic_cas(lock, _FREE, _HELD, cur_rank, owner, heap_bases, sem="acquire", scope="sys")
+    # One compare-and-swap site: with two (before the loop and in it) the compiler merges
+    # their flight-record code into a loop with two entries, and the CTA barriers in it
+    # then stop matching on GPUs (a wait later in the kernel hung until its timeout).
+    old = tl.full([], _HELD, tl.int32)
     while old != _FREE:
-        rma.wait_until(lock, "eq", _FREE, heap_bases=heap_bases, op=op, from_rank=owner)
         old = rma.atomic_cas(lock, _FREE, _HELD, cur_rank, owner, heap_bases, sem="acquire", scope="sys")
+        if old != _FREE:
+            rma.wait_until(lock, "eq", _FREE, heap_bases=heap_bases, op=op, from_rank=owner)
 
 
 @triton.jit

@@ -99,7 +99,7 @@ class Runtime:
 
         Example:
             >>> Runtime.flag_piece(4, 132)
-            ((16, 5, 132, 4), torch.int32)
+            ((16, 6, 132, 4), torch.int32)
         """
         return (GROUP_SLOTS, PHASES, max_programs, world_size), torch.int32
 

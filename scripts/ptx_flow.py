@@ -1,0 +1,114 @@
+"""Control flow of compiled PTX: CTA barriers that threads may not reach together.
+
+Pure Python (no Triton, no GPU), used by the compile checks (``inspect_ptx.py``,
+``compile_ccl.py``, ``compile_ops_kernels.py``) and their tests.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+def _control_flow(ptx: str) -> tuple[list[str], dict[str, list[str]], dict[str, list[str]]]:
+    # Basic blocks of the kernel body (a block per label, and after each unconditional
+    # branch), their instructions and successors.
+    body = ptx.split(".section\t.debug")[0]
+    body = body[body.index("{", body.index(".entry")) :]
+    current, order = "entry", ["entry"]
+    code: dict[str, list[str]] = {"entry": []}
+    successors: dict[str, list[str]] = {"entry": []}
+    falls_through = True
+    for raw in body.splitlines():
+        line = raw.split("//")[0].strip()
+        label = re.match(r"(\$L__BB\d+_\d+):", line)
+        if label or not falls_through:
+            name = label.group(1) if label else f"after_{len(order)}"
+            if falls_through:
+                successors[current].append(name)
+            current = name
+            order.append(name)
+            code[name], successors[name] = [], []
+            falls_through = True
+            if label:
+                continue
+        if not line or line.startswith((".loc", "$L__")):
+            continue
+        code[current].append(line)
+        branch = re.search(r"(@!?%p\d+\s+)?bra(?:\.uni)?\s+(\$L__BB\d+_\d+);", line)
+        if branch:
+            successors[current].append(branch.group(2))
+            falls_through = bool(branch.group(1))
+        elif line.startswith(("ret;", "exit;")):
+            falls_through = False
+    return order, code, successors
+
+
+def barriers_in_multi_entry_loops(ptx: str) -> int:
+    """CTA barriers (``bar.sync``) inside loops that control can enter at more than one block.
+
+    Such loops (irreducible control flow) come from the compiler merging copies of the
+    same code, e.g. an op called before a loop and inside it. Threads need not reach a
+    barrier there together: on Hopper a spinlock built that way hung a later wait.
+    A loop is irreducible where a branch back to a block on the current path goes to
+    a block that does not dominate the branch (every path from the entry passes a
+    dominator first); the loop is the blocks between the two.
+    """
+    order, code, successors = _control_flow(ptx)
+    predecessors: dict[str, list[str]] = {block: [] for block in order}
+    reachable, pending = set(), [order[0]]
+    while pending:
+        block = pending.pop()
+        if block not in reachable:
+            reachable.add(block)
+            pending.extend(successors[block])
+    for block in reachable:
+        for target in successors[block]:
+            predecessors[target].append(block)
+    dominators = {block: set(reachable) for block in reachable}
+    dominators[order[0]] = {order[0]}
+    changed = True
+    while changed:
+        changed = False
+        for block in order:
+            if block in reachable and block != order[0]:
+                new = set.intersection(*(dominators[p] for p in predecessors[block])) | {block}
+                if new != dominators[block]:
+                    dominators[block], changed = new, True
+    # Depth-first search for branches back to a block on the current path.
+    irreducible, on_path, done = [], set(), set()
+    work = [(order[0], 0)]
+    on_path.add(order[0])
+    while work:
+        block, child = work.pop()
+        targets = successors[block]
+        if child == len(targets):
+            on_path.discard(block)
+            done.add(block)
+            continue
+        work.append((block, child + 1))
+        target = targets[child]
+        if target in on_path:
+            if target not in dominators[block]:
+                irreducible.append((block, target))
+        elif target not in done:
+            on_path.add(target)
+            work.append((target, 0))
+
+    def closure(start: str, edges: dict[str, list[str]]) -> set[str]:
+        seen, pending = set(), [start]
+        while pending:
+            block = pending.pop()
+            if block not in seen:
+                seen.add(block)
+                pending.extend(edges[block])
+        return seen
+
+    loop: set[str] = set()
+    for source, target in irreducible:
+        loop |= closure(target, successors) & closure(source, predecessors)
+    return sum(line.startswith("bar.sync") for block in loop for line in code[block])
+
+
+def print_barrier_hazards(counts: dict[str, int]) -> None:
+    """The closing report line of the compile checks: kernels with :func:`barriers_in_multi_entry_loops`."""
+    print("barriers_in_multi_entry_loops", {name: count for name, count in counts.items() if count})

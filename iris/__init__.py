@@ -44,7 +44,7 @@ from .device import (
     translate,
     wait_until,
 )
-from . import tensors as tensor_creation
+from . import tensor_creation
 from ._upstream_paths import register as _register_upstream_paths
 from .distributed import HostTimeoutError
 from .errors import InvalidArgumentError

@@ -26,7 +26,7 @@ def register() -> None:
     """Install the aliases in ``sys.modules`` (and as attributes of their parents)."""
     import iris
 
-    from . import device, log, tensors
+    from . import device, log, tensor_creation
     from .device import context, rma, tiles, tracing
 
     host = sys.modules["iris.iris"]  # the module: ``iris.iris`` itself is the factory function
@@ -49,7 +49,7 @@ def register() -> None:
     )
     events = _alias("iris.host.tracing.events", "Alias of the event ids.", TraceEvent=tracing.TraceEvent)
     host_tracing = _alias("iris.host.tracing", "Alias of the tracing names.", events=events)
-    host_memory = _alias("iris.host.memory", "Alias of iris.tensors.", tensors=tensors)
+    host_memory = _alias("iris.host.memory", "Alias of iris.tensor_creation.", tensors=tensor_creation)
     host_pkg = _alias(
         "iris.host",
         "Alias of the host runtime.",
@@ -66,7 +66,7 @@ def register() -> None:
         "iris.host.tracing": host_tracing,
         "iris.host.tracing.events": events,
         "iris.host.memory": host_memory,
-        "iris.host.memory.tensors": tensors,
+        "iris.host.memory.tensors": tensor_creation,
         "iris.mem": _alias("iris.mem", "Alias of the device API.", triton=mem_triton),
         "iris.mem.triton": mem_triton,
         "iris.mem.triton.context": context,

@@ -135,6 +135,24 @@ class SymmetricHeap:
         """Bytes still available."""
         return self.size - self._next_offset
 
+    def accepts_device(self, requested: torch.device, heap_device: torch.device | None = None) -> bool:
+        """Whether a user's ``device=`` names this heap's device (``heap_device``), by the backend's rule.
+
+        Example:
+            >>> heap.accepts_device(torch.device("cuda"))
+            True
+        """
+        return self._backend.accepts_device(requested, self.device if heap_device is None else heap_device)
+
+    def is_symmetric(self, tensor: torch.Tensor) -> bool:
+        """Upstream Iris's name for :meth:`contains`.
+
+        Example:
+            >>> heap.is_symmetric(heap.allocate(4, torch.int32))
+            True
+        """
+        return self.contains(tensor)
+
     def allocate(self, shape: int | tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """A contiguous, uninitialised tensor of ``shape`` and ``dtype`` inside the heap.
 

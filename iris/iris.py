@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from iris_trace import hang as fmt
 
-from . import config
+from . import config, tensor_creation
 from .backends import make_backend
 from .ccl import CCL
 from .ccl.runtime import Runtime
@@ -21,13 +21,11 @@ from .copy_engine import CopyEngine
 from .device import layout
 from .device.barrier import device_barrier_kernel
 from .distributed import init_distributed
-from .errors import InvalidArgumentError
 from .group_slots import GroupSlots
 from .hang import Hang
 from .heap import SymmetricHeap
 from .log import DEBUG, ERROR, INFO, WARNING, log_with_rank
 from .prepared import PreparedLaunch
-from .tensors import TensorFactory, fill_random, full_dtype, normalize_size, normalize_steps
 from .tracing import Tracing
 
 #: Device-barrier groups that can be live at once (slot 0 is the whole world).
@@ -111,7 +109,6 @@ class Iris:
         scratch_piece = ((layout.SCRATCH_BYTES,), torch.uint8)
         reserved = SymmetricHeap.footprint([barrier_piece, flag_piece, scratch_piece])
         self.heap = SymmetricHeap(heap_size, self.backend, self._comm, device, reserved)
-        self._tensors = TensorFactory(self.heap, self.backend.accepts_device)
         self._barrier_arrivals = self.heap.reserve(*barrier_piece)
         scratch = self.heap.reserve(*scratch_piece)
         self._barrier_slots = GroupSlots(
@@ -297,17 +294,20 @@ class Iris:
         log_with_rank(ERROR, message, self.cur_rank, self.num_ranks)
 
     # ------------------------------------------------------------------ tensors
+    # Each factory is the module function of iris.tensor_creation (upstream's signatures)
+    # on this rank's heap.
     def zeros(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False):
         """A heap tensor of zeros, like :func:`torch.zeros`.
 
         Example:
             >>> ctx.zeros(2, 3, dtype=torch.float16)
         """
-        return self._tensors.filled(
-            normalize_size(size),
-            dtype,
-            lambda t: t.zero_(),
+        return tensor_creation.zeros(
+            self.heap,
+            self.heap.device,
+            size,
             out=out,
+            dtype=dtype,
             layout=layout,
             device=device,
             requires_grad=requires_grad,
@@ -319,11 +319,12 @@ class Iris:
         Example:
             >>> ctx.ones((4, 4), dtype=torch.int32)
         """
-        return self._tensors.filled(
-            normalize_size(size),
-            dtype,
-            lambda t: t.fill_(1),
+        return tensor_creation.ones(
+            self.heap,
+            self.heap.device,
+            size,
             out=out,
+            dtype=dtype,
             layout=layout,
             device=device,
             requires_grad=requires_grad,
@@ -345,12 +346,13 @@ class Iris:
         Example:
             >>> ctx.full((2, 3), 3.14)
         """
-        dtype = full_dtype(fill_value) if dtype is None else dtype
-        return self._tensors.filled(
-            normalize_size((size,)),
-            dtype,
-            lambda t: t.fill_(fill_value),
+        return tensor_creation.full(
+            self.heap,
+            self.heap.device,
+            size,
+            fill_value,
             out=out,
+            dtype=dtype,
             layout=layout,
             device=device,
             requires_grad=requires_grad,
@@ -372,10 +374,12 @@ class Iris:
         Example:
             >>> buf = ctx.empty(1 << 20, dtype=torch.bfloat16)
         """
-        return self._tensors.new(
-            normalize_size(size),
-            dtype,
+        return tensor_creation.empty(
+            self.heap,
+            self.heap.device,
+            size,
             out=out,
+            dtype=dtype,
             layout=layout,
             device=device,
             requires_grad=requires_grad,
@@ -396,19 +400,24 @@ class Iris:
     ):
         """Values from ``start`` to ``end`` (exclusive) by ``step``, like :func:`torch.arange`.
 
+        An empty range raises (upstream Iris's rule), where torch returns an empty tensor.
+
         Example:
             >>> ctx.arange(0, 10, 2)   # [0, 2, 4, 6, 8]
         """
         if end is None:
             start, end = 0, start
-        if step == 0:
-            raise InvalidArgumentError("iris: arange step must be non-zero")
-        if (end - start) * step <= 0:
-            # torch returns an empty tensor here; upstream Iris refuses, and so does Iris.
-            raise InvalidArgumentError(f"iris: arange({start}, {end}, {step}) is an empty range")
-        values = torch.arange(start, end, step, dtype=dtype, device=self.heap.device)
-        return self._tensors.copy_of(
-            values, out=out, layout=layout, device=device, requires_grad=requires_grad
+        return tensor_creation.arange(
+            self.heap,
+            self.heap.device,
+            start,
+            end,
+            step,
+            out=out,
+            dtype=dtype,
+            layout=layout,
+            device=device,
+            requires_grad=requires_grad,
         )
 
     def linspace(
@@ -428,10 +437,17 @@ class Iris:
         Example:
             >>> ctx.linspace(0, 1, 5)   # [0.00, 0.25, 0.50, 0.75, 1.00]
         """
-        steps = normalize_steps(steps)
-        values = torch.linspace(start, end, steps, dtype=dtype, device=self.heap.device)
-        return self._tensors.copy_of(
-            values, out=out, layout=layout, device=device, requires_grad=requires_grad
+        return tensor_creation.linspace(
+            self.heap,
+            self.heap.device,
+            start,
+            end,
+            steps,
+            out=out,
+            dtype=dtype,
+            layout=layout,
+            device=device,
+            requires_grad=requires_grad,
         )
 
     def rand(
@@ -452,11 +468,13 @@ class Iris:
         Example:
             >>> ctx.rand(128, 128)
         """
-        return self._tensors.filled(
-            normalize_size(size),
-            dtype,
-            lambda t: fill_random(t, generator, lambda x, g: x.uniform_(0.0, 1.0, generator=g)),
+        return tensor_creation.rand(
+            self.heap,
+            self.heap.device,
+            size,
+            generator=generator,
             out=out,
+            dtype=dtype,
             layout=layout,
             device=device,
             requires_grad=requires_grad,
@@ -478,11 +496,13 @@ class Iris:
         Example:
             >>> ctx.randn(128, 128, dtype=torch.bfloat16)
         """
-        return self._tensors.filled(
-            normalize_size(size),
-            dtype,
-            lambda t: fill_random(t, generator, lambda x, g: x.normal_(generator=g)),
+        return tensor_creation.randn(
+            self.heap,
+            self.heap.device,
+            size,
+            generator=generator,
             out=out,
+            dtype=dtype,
             layout=layout,
             device=device,
             requires_grad=requires_grad,
@@ -511,13 +531,15 @@ class Iris:
             raise TypeError(
                 f"iris: randint expects (high, size) or (low, high, size), got {len(args)} arguments"
             )
-        if low >= high:
-            raise InvalidArgumentError(f"iris: randint needs low < high, got low={low}, high={high}")
-        return self._tensors.filled(
-            normalize_size((size,)),
-            torch.int64 if dtype is None else dtype,
-            lambda t: fill_random(t, generator, lambda x, g: x.random_(low, high, generator=g)),
+        return tensor_creation.randint(
+            self.heap,
+            self.heap.device,
+            low,
+            high,
+            size,
+            generator=generator,
             out=out,
+            dtype=dtype,
             layout=layout,
             device=device,
             requires_grad=requires_grad,
@@ -529,7 +551,7 @@ class Iris:
         Example:
             >>> ctx.uniform((64,), low=-1.0, high=1.0)
         """
-        return self._tensors.filled(normalize_size((size,)), dtype, lambda t: t.uniform_(low, high))
+        return tensor_creation.uniform(self.heap, self.heap.device, size, low, high, dtype)
 
     def zeros_like(
         self,
@@ -546,12 +568,13 @@ class Iris:
         Example:
             >>> y = ctx.zeros_like(x)
         """
-        return self._tensors.like(
+        return tensor_creation.zeros_like(
+            self.heap,
+            self.heap.device,
             input,
-            dtype,
-            device,
-            lambda t: t.zero_(),
-            layout=layout or torch.strided,
+            dtype=dtype,
+            layout=layout,
+            device=device,
             requires_grad=requires_grad,
             memory_format=memory_format,
         )
@@ -571,12 +594,13 @@ class Iris:
         Example:
             >>> y = ctx.ones_like(x)
         """
-        return self._tensors.like(
+        return tensor_creation.ones_like(
+            self.heap,
+            self.heap.device,
             input,
-            dtype,
-            device,
-            lambda t: t.fill_(1),
-            layout=layout or torch.strided,
+            dtype=dtype,
+            layout=layout,
+            device=device,
             requires_grad=requires_grad,
             memory_format=memory_format,
         )
@@ -597,12 +621,14 @@ class Iris:
         Example:
             >>> y = ctx.full_like(x, 7)
         """
-        return self._tensors.like(
+        return tensor_creation.full_like(
+            self.heap,
+            self.heap.device,
             input,
-            dtype,
-            device,
-            lambda t: t.fill_(fill_value),
-            layout=layout or torch.strided,
+            fill_value,
+            dtype=dtype,
+            layout=layout,
+            device=device,
             requires_grad=requires_grad,
             memory_format=memory_format,
         )
@@ -622,12 +648,13 @@ class Iris:
         Example:
             >>> y = ctx.empty_like(x)
         """
-        return self._tensors.like(
+        return tensor_creation.empty_like(
+            self.heap,
+            self.heap.device,
             input,
-            dtype,
-            device,
-            lambda t: None,
-            layout=layout or torch.strided,
+            dtype=dtype,
+            layout=layout,
+            device=device,
             requires_grad=requires_grad,
             memory_format=memory_format,
         )

@@ -45,6 +45,63 @@ def test_host_api_matches_upstream(world):
     world.run(_host_api_body)
 
 
+def _tensor_creation_body(rank, world_size):
+    from iris import tensor_creation as tc
+
+    with iris.iris(1 << 22) as ctx:
+        heap, device = ctx.heap, ctx.device
+        # Upstream's module functions: (heap, iris_device, size, ...), size as *size was given.
+        for size in ((2, 3), ((2, 3),), ([2, 3],)):
+            made = tc.zeros(heap, device, size, dtype=torch.float16)
+            assert made.shape == (2, 3) and made.dtype == torch.float16 and not made.any()
+            assert ctx.is_symmetric(made)
+        assert torch.equal(tc.ones(heap, device, (4,)).cpu(), torch.ones(4))
+        assert torch.equal(tc.full(heap, device, (2, 2), 7).cpu(), torch.full((2, 2), 7))
+        assert tc.empty(heap, device, (2, 3, 4, 5), memory_format=torch.channels_last).is_contiguous(
+            memory_format=torch.channels_last
+        )
+        assert torch.equal(tc.arange(heap, device, 0, 10, 2).cpu(), torch.arange(0, 10, 2))
+        assert torch.equal(tc.linspace(heap, device, 0, 1, (5,)).cpu(), torch.linspace(0, 1, 5))
+        drawn = tc.randint(heap, device, 3, 9, (64,), generator=torch.Generator().manual_seed(rank))
+        expected = torch.randint(3, 9, (64,), generator=torch.Generator().manual_seed(rank))
+        assert torch.equal(drawn.cpu(), expected)
+        normal = tc.randn(heap, device, (8,), generator=torch.Generator().manual_seed(1))
+        assert torch.equal(normal.cpu(), torch.randn(8, generator=torch.Generator().manual_seed(1)))
+        assert tc.rand(heap, device, (3,)).shape == (3,) and tc.uniform(
+            heap, device, (3,), -1.0, 1.0
+        ).shape == (3,)
+        like = tc.zeros_like(heap, device, made)
+        assert like.shape == made.shape and ctx.is_symmetric(like)
+        # The methods are these functions on the rank's heap: both forms give the same values.
+        torch.manual_seed(5)
+        by_method = ctx.rand(16)
+        torch.manual_seed(5)
+        assert torch.equal(tc.rand(heap, device, (16,)).cpu(), by_method.cpu())
+        # Helpers and upstream's error types.
+        assert tc.parse_size(((2, 3),)) == ((2, 3), 6)
+        assert tc.allocate(heap, 6, torch.int32).shape == (6,)
+        assert tc.is_valid_device(None, device) and not tc.is_valid_device("meta", device)
+        with pytest.raises(RuntimeError):
+            tc.throw_if_invalid_device("meta", device)
+        with pytest.raises(RuntimeError):
+            tc.throw_if_invalid_output_tensor(heap, made, 5, torch.float16)
+        with pytest.raises(RuntimeError):
+            tc.throw_if_invalid_output_tensor(heap, torch.zeros(6, dtype=torch.float16), 6, torch.float16)
+        with pytest.raises(ValueError):
+            tc.apply_layout(made, torch.sparse_coo)
+        with pytest.raises(ValueError):
+            tc.arange(heap, device, 0, 10, 0)
+        with pytest.raises(ValueError):
+            tc.randint(heap, device, 5, 5, (2,))
+        with pytest.raises(RuntimeError):
+            tc.zeros(heap, device, (2,), device="meta")
+        assert heap.is_symmetric(made)
+
+
+def test_tensor_creation_module_has_upstreams_signatures(world):
+    world.run(_tensor_creation_body)
+
+
 def test_upstream_names_and_module_paths():
     from iris.device.triton.context import Context as DeviceTritonContext
     from iris.host.iris import Iris
@@ -58,6 +115,9 @@ def test_upstream_names_and_module_paths():
     assert Tile is iris.Tile and TileView is iris.TileView
     for name in ("TensorView", "make_tensor_view", "AllReduceConfig", "tensor_creation"):
         assert hasattr(iris, name), name
+    from iris.host.memory import tensors
+
+    assert tensors is iris.tensor_creation
 
 
 def test_iris_formatter_names_rank_and_level():

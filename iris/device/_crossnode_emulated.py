@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from ..backends.emulated import RemoteWrites
-from . import layout
+from . import atomic_ops, layout
 
 
 @triton.jit
@@ -51,23 +51,7 @@ def get(ptr, rank, heap_bases, mask=None, other=None):
 
 @triton.jit
 def atomic(op: tl.constexpr, ptr, value, rank, heap_bases, mask=None):
-    remote = _mapped(ptr, rank, heap_bases)
-    if op == "add":
-        old = tl.atomic_add(remote, value, mask=mask, sem="relaxed", scope="sys")
-    elif op == "xchg":
-        old = tl.atomic_xchg(remote, value, mask=mask, sem="relaxed", scope="sys")
-    elif op == "and":
-        old = tl.atomic_and(remote, value, mask=mask, sem="relaxed", scope="sys")
-    elif op == "or":
-        old = tl.atomic_or(remote, value, mask=mask, sem="relaxed", scope="sys")
-    elif op == "xor":
-        old = tl.atomic_xor(remote, value, mask=mask, sem="relaxed", scope="sys")
-    elif op == "min":
-        old = tl.atomic_min(remote, value, mask=mask, sem="relaxed", scope="sys")
-    else:
-        tl.static_assert(op == "max", "unknown atomic op")
-        old = tl.atomic_max(remote, value, mask=mask, sem="relaxed", scope="sys")
-    return old
+    return atomic_ops.apply(op, _mapped(ptr, rank, heap_bases), value, mask, "relaxed", "sys")
 
 
 @triton.jit

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ..config import DEBUG as _DEBUG
-from . import crossnode, flight, layout, tracing
+from . import atomic_ops, crossnode, flight, layout, tracing
 from . import intrinsics as hw
 
 DEBUG: tl.constexpr = tl.constexpr(_DEBUG)
@@ -302,40 +302,6 @@ def copy(
 
 
 @triton.jit
-def _mapped_atomic(
-    op: tl.constexpr,
-    pointer,
-    val,
-    from_rank,
-    to_rank,
-    heap_bases,
-    mask,
-    sem: tl.constexpr,
-    scope: tl.constexpr,
-    hint: tl.constexpr,
-):
-    remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_" + op, hint)
-    if op == "add":
-        old = tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
-    elif op == "sub":
-        old = tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
-    elif op == "xchg":
-        old = tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
-    elif op == "xor":
-        old = tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
-    elif op == "and":
-        old = tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
-    elif op == "or":
-        old = tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
-    elif op == "min":
-        old = tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
-    else:
-        tl.static_assert(op == "max", "unknown atomic op")
-        old = tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
-    return old
-
-
-@triton.jit
 def _atomic_rmw(
     op: tl.constexpr,
     event: tl.constexpr,
@@ -363,7 +329,8 @@ def _atomic_rmw(
         else:
             old = crossnode.atomic(op, pointer, val, to_rank, heap_bases, mask)
     else:
-        old = _mapped_atomic(op, pointer, val, from_rank, to_rank, heap_bases, mask, sem, scope, hint)
+        remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_" + op, hint)
+        old = atomic_ops.apply(op, remote, val, mask, sem, scope)
     tracing.end(heap_bases, start, event, to_rank, pointer, mask, 0, pid_m, pid_n, path=path)
     flight.record(heap_bases, event, 0, to_rank, pointer, val, 0, start, mask)
     return old

@@ -83,7 +83,7 @@ class CopyEngine:
         ctx = self._ctx
         if not 0 <= to_rank < ctx.num_ranks:
             raise ValueError(f"iris.copy_engine.put: to_rank {to_rank} is not in [0, {ctx.num_ranks})")
-        if to_rank // ctx.ranks_per_node != ctx.cur_rank // ctx.ranks_per_node:
+        if ctx.node_of(to_rank) != ctx.node_of(ctx.cur_rank):
             raise ValueError(
                 f"iris.copy_engine.put: rank {to_rank} is on another node; copy engines reach only the "
                 "GPUs of this node (use iris.put in a kernel)"

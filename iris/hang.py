@@ -143,7 +143,7 @@ class Hang:
             culprit, text = None, f"(no cross-rank report: {error!r})"
         timeout = state.timeout
         facts = timeout.describe() if timeout is not None else "a wait timed out"
-        if culprit is not None and self._ctx.ranks_per_node < self._ctx.num_ranks:
+        if culprit is not None and self._ctx.spans_nodes:
             text = f"{text}\nnodes: the likely culprit is {_rank_name(self._ctx, culprit)}"
         return WaitTimeoutError(
             f"iris: {_rank_name(self._ctx, self._ctx.cur_rank)}: {facts}. The kernel was stopped.\n{text}",
@@ -205,8 +205,7 @@ def _rank_name(ctx, rank) -> str:
     """``rank 3``, or ``rank 3 (node 1)`` in a job that spans nodes; ``none`` for no rank."""
     if rank is None:
         return "none"
-    per_node = getattr(ctx, "ranks_per_node", ctx.num_ranks)
-    return f"rank {rank}" if per_node >= ctx.num_ranks else f"rank {rank} (node {rank // per_node})"
+    return f"rank {rank} (node {ctx.node_of(rank)})" if ctx.spans_nodes else f"rank {rank}"
 
 
 def _describe_latest(facts: dict) -> str:

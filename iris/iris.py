@@ -92,7 +92,7 @@ class Iris:
         #: Ranks per node (``IRIS_RANKS_PER_NODE``, else the launcher's): rank r is on node
         #: ``r // ranks_per_node``; peers of other nodes are reached through NVSHMEM.
         self.ranks_per_node = _ranks_per_node(self.num_ranks)
-        self.backend.check_nodes(self.num_ranks // self.ranks_per_node)
+        self.backend.check_nodes(self.node_of(self.num_ranks - 1) + 1)
         device = self.backend.select_device(self._comm.local_rank, self._comm.local_world_size)
         #: This rank's device as upstream Iris gives it, the string ``"cuda:N"`` (see
         #: :class:`DeviceName`); :meth:`get_device` gives the ``torch.device``.
@@ -154,6 +154,24 @@ class Iris:
             4
         """
         return self.num_ranks
+
+    def node_of(self, rank: int) -> int:
+        """The node ``rank`` runs on (``rank // ranks_per_node``; 0 for every rank within one node).
+
+        Example:
+            >>> ctx.node_of(ctx.get_rank()) == ctx.node_of(peer)   # reached through mapped memory?
+        """
+        return rank // self.ranks_per_node
+
+    @property
+    def spans_nodes(self) -> bool:
+        """Whether the job's ranks are on more than one node (ops to some peers go through NVSHMEM).
+
+        Example:
+            >>> ctx.spans_nodes
+            False
+        """
+        return self.ranks_per_node < self.num_ranks
 
     def get_device(self) -> torch.device:
         """The device this rank's heap lives on (``cuda:N``, or ``cpu`` under emulation).

@@ -68,7 +68,7 @@ def _all_reduce_body(rank, world_size, variant, op):
         for name, dtype in DTYPES.items():
             if variant == "atomic" and (op != "sum" or dtype not in ATOMIC_DTYPES):
                 continue
-            if variant == "atomic" and dtype.itemsize < 4 and ctx.ranks_per_node < world_size:
+            if variant == "atomic" and dtype.itemsize < 4 and ctx.spans_nodes:
                 continue  # 16-bit atomics do not cross nodes (docs/scale_out.md)
             inp = _random(ctx, (N,), dtype, seed=rank * 7 + 1)
             out = ctx.full((N,), 99, dtype=dtype)

@@ -96,6 +96,17 @@ def _completion_body(rank, world_size):
         ctx.barrier()
 
 
+def _node_of_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        return [ctx.node_of(r) for r in range(world_size)], ctx.spans_nodes
+
+
+@pytest.mark.parametrize("world_size, per_node", [(2, 1), (4, 2), (2, 2)])
+def test_the_context_names_each_ranks_node(world_size, per_node):
+    expected = ([r // per_node for r in range(world_size)], per_node < world_size)
+    assert _pool(world_size, per_node).run(_node_of_body) == [expected] * world_size
+
+
 def test_a_cross_node_store_lands_when_the_writer_completes_its_writes():
     _pool(2, 1).run(_completion_body)
 

@@ -343,7 +343,7 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
             if variant == "atomic" and inp.dtype not in ATOMIC_DTYPES:
                 added = "fp32, int32, fp16 or bf16"
                 errors.append(f"the atomic variant adds {added}, not {inp.dtype}: pick another variant")
-            if variant == "atomic" and inp.element_size() < 4 and ctx.ranks_per_node < ctx.num_ranks:
+            if variant == "atomic" and inp.element_size() < 4 and ctx.spans_nodes:
                 errors.append(
                     f"the atomic variant cannot add {inp.dtype} across nodes (NVSHMEM has no 16-bit atomics)"
                 )

@@ -22,9 +22,9 @@ import time
 import numpy as np
 
 from iris_trace.events import EVENT_DTYPE
+from iris_trace.export.chrome import write_chrome_json
+from iris_trace.export.perfetto import write_perfetto
 from iris_trace.trace import RankTrace, Trace
-from viewer_exports.chrome import write_chrome_json
-from viewer_exports.perfetto import write_perfetto
 
 
 def synthetic_trace(total_events: int, world: int = 4, sms: int = 132, seed: int = 0) -> Trace:

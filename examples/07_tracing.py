@@ -20,7 +20,7 @@ import triton.language as tl
 
 import iris
 from iris_trace import analyze_trace
-from viewer_exports import write_chrome_json, write_perfetto
+from iris_trace.export import write_chrome_json, write_perfetto
 
 
 @triton.jit

@@ -22,8 +22,8 @@ import torch
 import iris
 from iris.ops.gemm import SCOPE_GEMM
 from iris_trace import analyze_trace, schema
+from iris_trace.export import write_chrome_json, write_perfetto
 from iris_trace.plot import timeline
-from viewer_exports import write_chrome_json, write_perfetto
 
 GEMM_SCOPE = schema.SCOPE_BASE + int(SCOPE_GEMM)  # event id of the ops' "gemm tile" compute scope
 

@@ -2,7 +2,7 @@
 
 The GPU writes its ring of sync ops into device memory and, when a wait times out,
 a report plus a copy of the ring into pinned host memory (``iris.device.flight``).
-The flight file (layout in ``iris_trace.hang``, in ``IRIS_HANG_DIR``, default
+The flight file (layout in ``iris_trace.flight_file``, in ``IRIS_HANG_DIR``, default
 ``/dev/shm``) is what other processes read; this process *publishes* into it:
 the header as things happen, the ring and report on a timeout, a signal, a
 dump, ``state()``, and when ``iris-trace hang-report`` asks through the file's
@@ -25,7 +25,7 @@ import uuid
 import numpy as np
 import torch
 
-from iris_trace import hang as fmt
+from iris_trace import flight_file as fmt
 
 from . import config
 from .device import flight as device_flight
@@ -130,7 +130,7 @@ class FlightRecorder:
         return int(self.words[fmt.H_TIMEOUT]) / 1e9
 
     def set_phase(self, phase: int) -> None:
-        """Publish what the host is doing (``iris_trace.hang.PHASES``) for other ranks' reports."""
+        """Publish what the host is doing (``iris_trace.flight_file.PHASES``) for other ranks' reports."""
         if not self._closed:
             self.words[fmt.H_PHASE] = phase
             self.words[fmt.H_PHASE_SINCE] = time.time_ns()

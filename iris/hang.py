@@ -26,7 +26,8 @@ import threading
 import time
 import weakref
 
-from iris_trace import hang as fmt
+from iris_trace import flight_file as fmt
+from iris_trace.hang import HangReport
 
 from .device import intrinsics as hw
 from .flight import FlightRecorder
@@ -39,7 +40,7 @@ class WaitTimeoutError(RuntimeError):
     """A device wait ran past the wait timeout; the message names rank, SM, program, op, flag and culprit.
 
     Attributes:
-        timeout: the :class:`iris_trace.hang.Timeout` record of the wait.
+        timeout: the :class:`iris_trace.flight_file.Timeout` record of the wait.
         culprit: the rank the hang report blames (or ``None``).
     """
 
@@ -93,7 +94,7 @@ class Hang:
         return self.recorder.timeout
 
     # ------------------------------------------------------------------ reports
-    def report(self, last: int = 5) -> fmt.HangReport:
+    def report(self, last: int = 5) -> HangReport:
         """Every rank's flight state of this session, read from the flight files (not collective).
 
         Example:
@@ -102,7 +103,7 @@ class Hang:
             (1, 'rank 0 waits for ..., which rank 1 releases, but rank 1 is not waiting on the device: ...')
         """
         self.recorder.publish()  # the other ranks publish when the report asks them to
-        return fmt.HangReport.from_directory(self.recorder.directory, self.recorder.session, last)
+        return HangReport.from_directory(self.recorder.directory, self.recorder.session, last)
 
     def describe_peers(self) -> str:
         """The hang report as text, for error messages."""

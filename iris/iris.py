@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from iris_trace import hang as fmt
+from iris_trace import flight_file as fmt
 
 from . import config, tensor_creation
 from .backends import make_backend

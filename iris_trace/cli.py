@@ -39,8 +39,8 @@ def _progress(total: int, label: str):
 
 
 def merge(args) -> int:
-    from viewer_exports.chrome import write_chrome_json
-    from viewer_exports.perfetto import write_perfetto
+    from .export.chrome import write_chrome_json
+    from .export.perfetto import write_perfetto
 
     trace = _load(args.files)
     bar, advance = _progress(len(trace.events), "perfetto")
@@ -92,7 +92,7 @@ def plot(args) -> int:
 def validate(args) -> int:
     import os
 
-    from viewer_exports.validate import check_with_trace_processor
+    from .export.validate import check_with_trace_processor
 
     if not (os.path.isfile(args.trace_processor) and os.access(args.trace_processor, os.X_OK)):
         print(f"iris-trace: {args.trace_processor}: not an executable trace_processor_shell", file=sys.stderr)

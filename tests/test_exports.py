@@ -14,11 +14,11 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 import iris
 from iris_trace.events import DMA_CU_BASE, DMA_PUT, EVENT_DTYPE, lane_name
+from iris_trace.export import wire
+from iris_trace.export.chrome import write_chrome_json
+from iris_trace.export.perfetto import write_perfetto
 from iris_trace.lanes import assign_lanes
 from iris_trace.trace import RankTrace, Trace
-from viewer_exports import wire
-from viewer_exports.chrome import write_chrome_json
-from viewer_exports.perfetto import write_perfetto
 
 PUT, SIGNAL, WAIT, SCOPE = 4, 15, 16, 64
 
@@ -218,7 +218,7 @@ def test_chrome_json_has_slices_names_and_flows(tmp_path):
 
 @pytest.mark.skipif(not os.environ.get("IRIS_TRACE_PROCESSOR"), reason="set IRIS_TRACE_PROCESSOR to a binary")
 def test_trace_processor_loads_the_export_without_errors(exported, tmp_path):
-    from viewer_exports.validate import check_with_trace_processor
+    from iris_trace.export.validate import check_with_trace_processor
 
     path = str(tmp_path / "t.pftrace")
     result = check_with_trace_processor(path, os.environ["IRIS_TRACE_PROCESSOR"])

@@ -21,8 +21,9 @@ from conftest import small_world_pool
 from harness import RankError
 
 import iris
-from iris_trace import hang as fmt
+from iris_trace import flight_file as fmt
 from iris_trace.cli import main as iris_trace_main
+from iris_trace.hang import HangReport
 
 TIMEOUT_S = 2
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,7 +93,7 @@ def test_a_wait_nobody_signals_ends_within_the_timeout_naming_the_culprit():
     assert "last seen 0" in message and "rank 0" in message and "program 0" in message, message
     assert "Likely culprit: rank 1" in message or "likely culprit: rank 1" in message, message
     # The dump outlives the ranks; the command line reads it.
-    report = fmt.HangReport.from_directory(directory, session)
+    report = HangReport.from_directory(directory, session)
     assert report.ranks[0].timeout is not None and report.ranks[0].timeout.seen == 0
 
 
@@ -311,7 +312,7 @@ def test_sigterm_dumps_the_flight_recorder(tmp_path):
     assert proc.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM), (proc.returncode, stderr)
     assert "flight recorder dumped" in stderr and "SIGTERM" in stderr, stderr
     assert "waiting in iris.wait_until" in stderr, stderr
-    report = fmt.HangReport.from_directory(str(tmp_path), session)
+    report = HangReport.from_directory(str(tmp_path), session)
     assert report.ranks[0].pending and int(report.ranks[0].pending[0]["value"]) == 1
 
 

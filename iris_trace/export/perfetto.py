@@ -9,7 +9,7 @@ world size, devices, dropped events, clock offsets and residuals, and the comman
 
 Descriptors, interned names and metadata are built with the perfetto package's
 message classes and streaming builder; the millions of slice packets are
-encoded column-wise by :mod:`viewer_exports.wire` in chunks, so memory stays
+encoded column-wise by :mod:`iris_trace.export.wire` in chunks, so memory stays
 bounded by the chunk size.
 
 Packet order: the file is *not* in timestamp order. Each chunk of events writes
@@ -30,11 +30,10 @@ import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
-from iris_trace.events import EVENT_NAMES, RELEASE_EVENTS, SCOPE_BASE, event_name, lane_name
-from iris_trace.lanes import assign_lanes, stable_order
-from iris_trace.matching import match_releasers
-from iris_trace.trace import Trace
-
+from ..events import EVENT_NAMES, RELEASE_EVENTS, SCOPE_BASE, event_name, lane_name
+from ..lanes import assign_lanes, stable_order
+from ..matching import match_releasers
+from ..trace import Trace
 from . import wire
 
 SEQUENCE_ID = 1

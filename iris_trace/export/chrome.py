@@ -13,11 +13,10 @@ import json
 
 import numpy as np
 
-from iris_trace.events import event_name, lane_name
-from iris_trace.lanes import assign_lanes
-from iris_trace.matching import match_releasers
-from iris_trace.trace import Trace
-
+from ..events import event_name, lane_name
+from ..lanes import assign_lanes
+from ..matching import match_releasers
+from ..trace import Trace
 from .perfetto import ARGS, counter_rows, trace_metadata
 
 LANES_PER_SM = 64

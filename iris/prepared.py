@@ -8,6 +8,11 @@ keys its launches by everything that shapes them (tensor addresses, shapes,
 strides, dtypes, scalars), so a prepared launch only ever replays identical
 arguments, and the specialisation Triton chose on the first call stays valid.
 
+A :class:`LaunchCache` keeps the prepared launches (or multi-step plans) of one API
+by such a key (:func:`tensor_key` for each tensor), and only the latest few: a launch
+holds its tensors, so a caller passing fresh tensors every call (a training loop's
+activations) must not pin them all.
+
 Example:
     >>> step = PreparedLaunch(my_kernel, (132,), (out, inp, n), {"BLOCK": 1024, "num_warps": 8})
     >>> step()   # compiles and launches through Triton
@@ -17,7 +22,10 @@ Example:
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Hashable
+from typing import Any
 
+import torch
 import triton
 from triton import knobs
 
@@ -95,3 +103,46 @@ def _hooks_installed() -> bool:
         if hook is not None and getattr(hook, "calls", True):
             return True
     return False
+
+
+def tensor_key(tensor: torch.Tensor) -> tuple:
+    """What makes two calls with ``tensor`` launch differently: address, shape, strides, dtype, device.
+
+    Example:
+        >>> key = ("all_gather", tensor_key(out), tensor_key(inp))
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"iris: expected a torch.Tensor, got {type(tensor).__name__}")
+    return (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype, tensor.device)
+
+
+class LaunchCache:
+    """Launches (or plans) by key, built on first use; past ``capacity`` entries the oldest goes.
+
+    Example:
+        >>> cache = LaunchCache(64)
+        >>> launch = cache.get_or_build(key, lambda: PreparedLaunch(kernel, grid, args))
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._entries: dict[Hashable, Any] = {}
+
+    def get_or_build(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        """The entry for ``key``, from ``build()`` the first time (nothing is kept if it raises)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = build()
+            while len(self._entries) >= self.capacity:
+                self._entries.pop(next(iter(self._entries)))
+            self._entries[key] = entry
+        return entry
+
+    def __getitem__(self, key: Hashable) -> Any:
+        return self._entries[key]
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)

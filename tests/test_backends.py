@@ -1,5 +1,6 @@
 """The backend interface: what host code may ask a backend instead of branching on its name."""
 
+import pytest
 import torch
 
 from iris.backends import make_backend, process_environment
@@ -20,3 +21,17 @@ def test_the_emulated_backend_runs_launches_one_after_another():
     order = []
     backend.run_beside(side, lambda: order.append("first"), lambda: order.append("second"))
     assert order == ["first", "second"]
+
+
+def test_a_launch_cache_builds_once_and_keeps_the_latest_entries():
+    from iris.prepared import LaunchCache
+
+    built = []
+    cache = LaunchCache(2)
+    for key in ("a", "a", "b", "c", "a"):
+        cache.get_or_build(key, lambda key=key: built.append(key) or key.upper())
+    assert built == ["a", "b", "c", "a"]  # "a" was dropped for "c", then built again
+    assert "a" in cache and "c" in cache and "b" not in cache and len(cache) == 2
+    with pytest.raises(ZeroDivisionError):
+        cache.get_or_build("d", lambda: 1 / 0)
+    assert "d" not in cache and len(cache) == 2  # a failed build keeps nothing and drops nothing

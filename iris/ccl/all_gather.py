@@ -14,11 +14,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..prepared import PreparedLaunch
+from ..prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .device import RANK_ARGS
 from .low_latency import low_latency_launch, payload_bytes
-from .runtime import COPYABLE_DTYPES, check_disjoint, check_tensor, describe_tensor, nbytes, tensor_key
+from .runtime import COPYABLE_DTYPES, check_disjoint, check_tensor, describe_tensor, nbytes
 from .staged import staged_launch
 
 

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from ..device import rma
-from ..prepared import PreparedLaunch
+from ..prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .config import ReduceOp
 from .device import RANK_ARGS
@@ -46,7 +46,6 @@ from .runtime import (
     check_tensor,
     describe_tensor,
     nbytes,
-    tensor_key,
 )
 from .staged import staged_launch
 

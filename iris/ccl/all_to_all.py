@@ -16,11 +16,11 @@ import triton
 import triton.language as tl
 
 from ..device import rma
-from ..prepared import PreparedLaunch
+from ..prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .device import RANK_ARGS
 from .low_latency import low_latency_launch, payload_bytes
-from .runtime import COPYABLE_DTYPES, check_disjoint, check_tensor, describe_tensor, tensor_key
+from .runtime import COPYABLE_DTYPES, check_disjoint, check_tensor, describe_tensor
 
 
 @triton.jit(do_not_specialize=RANK_ARGS)

@@ -15,10 +15,10 @@ import triton
 import triton.language as tl
 
 from ..device import rma
-from ..prepared import PreparedLaunch
+from ..prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .device import RANK_ARGS
-from .runtime import COPYABLE_DTYPES, check_tensor, describe_tensor, nbytes, tensor_key
+from .runtime import COPYABLE_DTYPES, check_tensor, describe_tensor, nbytes
 from .staged import staged_launch
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import triton
 
-from ..prepared import PreparedLaunch
+from ..prepared import PreparedLaunch, tensor_key
 from .all_reduce import one_shot_kernel
 from .config import ReduceOp
 from .low_latency import low_latency_launch, payload_bytes
@@ -28,7 +28,6 @@ from .runtime import (
     check_tensor,
     describe_tensor,
     nbytes,
-    tensor_key,
 )
 from .staged import staged_launch
 

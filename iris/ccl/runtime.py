@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from ..group_slots import GroupSlots
-from ..prepared import PreparedLaunch
+from ..prepared import LaunchCache, PreparedLaunch
 from .device import PHASES
 
 #: Groups whose collectives can be in use at once (slot 0 is the whole world).
@@ -83,7 +83,7 @@ class Runtime:
         self.flags = ctx.heap.reserve(*self.flag_piece(ctx.num_ranks, self.max_programs))
         self._slots = GroupSlots(GROUP_SLOTS, ctx.num_ranks, "collective")
         self._groups: dict[object, Group] = {}
-        self._launches: dict[tuple, PreparedLaunch] = {}
+        self._launches = LaunchCache(MAX_LAUNCHES)
         #: Per collective: the last call's tensors (object, address, shape, strides), options, launch.
         self._recent: dict[str, tuple] = {}
         self._staging: torch.Tensor | None = None
@@ -277,13 +277,12 @@ class Runtime:
         ``prepare`` checks the arguments on every member (raising the same error on
         all of them) and returns ``(kernel, grid, args, num_warps)``.
         """
-        if key not in self._launches:
-            # A launch holds its tensors: keep only the latest few, so fresh tensors on
-            # every call do not pin memory forever.
-            while len(self._launches) >= MAX_LAUNCHES:
-                self._launches.pop(next(iter(self._launches)))
+
+        def build() -> PreparedLaunch:
             kernel, grid, args, num_warps = prepare()
-            self._launches[key] = PreparedLaunch(kernel, grid, args, {"num_warps": num_warps})
+            return PreparedLaunch(kernel, grid, args, {"num_warps": num_warps})
+
+        self._launches.get_or_build(key, build)
 
     def launch(self, key: tuple) -> PreparedLaunch:
         """Launch the prepared collective ``key`` on the current stream; returns that launch."""
@@ -356,11 +355,6 @@ def describe_tensor(tensor: torch.Tensor, ctx, placed: bool = True) -> tuple:
         return (tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""))
     offset = ctx.heap.offset_of(tensor) if ctx.is_symmetric(tensor) else None
     return (tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""), offset)
-
-
-def tensor_key(tensor: torch.Tensor) -> tuple:
-    """What makes two calls launch differently: address, shape, strides, dtype."""
-    return (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
 
 
 def check_tensor(errors: list[str], ctx, tensor, name: str, dtypes, on_heap: bool) -> bool:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from ..prepared import PreparedLaunch
+from ..prepared import LaunchCache, PreparedLaunch, tensor_key
 from .all_scatter import (
     BOTH,
     CONSUMER,
@@ -95,7 +95,7 @@ class Ops:
     def __init__(self, ctx):
         self._ctx = ctx
         self._buffers: dict[tuple, torch.Tensor] = {}
-        self._plans: dict[tuple, list] = {}
+        self._plans = LaunchCache(MAX_PLANS)
         self._epoch = None
         self._side_stream = None
         ctx.tracing.name_scope(int(SCOPE_GEMM), "gemm tile")
@@ -198,18 +198,11 @@ class Ops:
 
     # ------------------------------------------------------------------ plans
     def _call_key(self, out, A, B, async_op, config) -> tuple:
-        tensors = tuple(_tensor_key(t) for t in (out, A, B))
+        tensors = tuple(tensor_key(t) for t in (out, A, B))
         return (*tensors, bool(async_op), config, self._ctx.tracing.enabled)
 
     def _run(self, key, build):
-        steps = self._plans.get(key)
-        if steps is None:
-            # A plan holds its tensors: keep only the latest few so fresh tensors every
-            # call (a training loop's activations) do not pin memory forever.
-            while len(self._plans) >= MAX_PLANS:
-                self._plans.pop(next(iter(self._plans)))
-            steps = self._plans[key] = build()
-        for step in steps:
+        for step in self._plans.get_or_build(key, build):
             step()
 
     def _plan_matmul_all_gather(self, out, A, B, dim, async_op, config):
@@ -472,9 +465,3 @@ def _gemm_options(cfg, K) -> dict:
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         EVEN_K=K % cfg.block_k == 0, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
-
-
-def _tensor_key(t) -> tuple:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"iris.ops: expected torch.Tensor arguments, got {type(t).__name__}")
-    return (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device)

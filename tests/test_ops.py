@@ -41,6 +41,15 @@ def _config(variant, **changes):
     ).replace(**changes)
 
 
+def _refused_across_nodes(ctx, variant, call) -> bool:
+    """Across nodes the copy_engine variant is refused with its reason; True when it was."""
+    if variant != "copy_engine" or not ctx.spans_nodes:
+        return False
+    with pytest.raises(ValueError, match="reaches only the GPUs of this node"):
+        call()
+    return True
+
+
 def _matmul_all_gather_body(rank, world_size, variant, dim, dtype_name, changes):
     dtype = DTYPES[dtype_name]
     with iris.iris(1 << 24) as ctx:
@@ -49,6 +58,11 @@ def _matmul_all_gather_body(rank, world_size, variant, dim, dtype_name, changes)
         errors = []
         for call in range(_calls(variant)):
             a, b = _inputs(ctx, rank, (M, K), (K, N), dtype, call)
+            call_op = lambda: ctx.ops.matmul_all_gather(
+                out, a, b, dim=dim, config=_config(variant, **changes)
+            )  # noqa: E731
+            if _refused_across_nodes(ctx, variant, call_op):
+                return [0.0]
             ctx.ops.matmul_all_gather(out, a, b, dim=dim, config=_config(variant, **changes))
             ctx.barrier()
             local = a.float().cpu() @ b.float().cpu()
@@ -91,6 +105,10 @@ def _all_gather_matmul_body(rank, world_size, variant, dtype_name):
         for call in range(_calls(variant)):
             a, _ = _inputs(ctx, rank, (M, K), (K, N), dtype, call)
             _, b = _inputs(ctx, 0, (M, K), (K, N), dtype, call)  # B is the same on every rank
+            if _refused_across_nodes(
+                ctx, variant, lambda: ctx.ops.all_gather_matmul(out, a, b, config=_config(variant))
+            ):
+                return [0.0]
             ctx.ops.all_gather_matmul(out, a, b, config=_config(variant))
             ctx.barrier()
             gathered = torch.empty(world_size * M, K)
@@ -116,6 +134,10 @@ def _gemm_reduce_body(rank, world_size, op, variant, dtype_name):
         errors = []
         for call in range(_calls(variant)):
             a, b = _inputs(ctx, rank, (rows, K), (K, N), dtype, call)
+            if _refused_across_nodes(
+                ctx, variant, lambda: getattr(ctx.ops, op)(out, a, b, config=_config(variant))
+            ):
+                return [0.0]
             getattr(ctx.ops, op)(out, a, b, config=_config(variant))
             ctx.barrier()
             partial = a.float().cpu() @ b.float().cpu()
@@ -279,6 +301,11 @@ def test_auto_large_reduce_scatter_uses_the_copy_engines():
     assert choose_variant(cfg, 16384, 8192, 2048, 4, 132, op) == "copy_engine"
     assert choose_variant(cfg, 4096, 14336, 1024, 4, 132, op) == "fused"
     assert choose_variant(cfg, 16384, 8192, 2048, 4, 8, op, interpreted=True) == "fused"
+
+
+def test_auto_never_picks_the_copy_engines_when_the_job_spans_nodes():
+    cfg, op = FusedConfig(), "matmul_reduce_scatter"
+    assert choose_variant(cfg, 16384, 8192, 2048, 4, 132, op, spans_nodes=True) != "copy_engine"
 
 
 def _gpu_default_body(rank, world_size, dtype_name):

@@ -133,6 +133,7 @@ class Ops:
             ctx.get_cu_count(),
             op,
             interpreted=ctx.backend.interpreted,
+            spans_nodes=ctx.spans_nodes,
         )
 
     # ------------------------------------------------------------------ public ops
@@ -349,7 +350,13 @@ class Ops:
     # ------------------------------------------------------------------ internals
     def _config_and_variant(self, config, rows, cols, k, op=None):
         cfg = config if config is not None else self.default_config(rows, cols, k, op)
-        return cfg, self.choose_variant(cfg, rows, cols, k, op)
+        variant = self.choose_variant(cfg, rows, cols, k, op)
+        if variant == COPY_ENGINE and self._ctx.spans_nodes:
+            raise ValueError(
+                f"iris.ops.{op}: the copy_engine variant reaches only the GPUs of this node, and this "
+                "job spans nodes: pick fused or unfused (or auto)"
+            )
+        return cfg, variant
 
     def _buffer(self, name, shape, dtype):
         numel = shape[0] * shape[1]

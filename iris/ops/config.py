@@ -292,6 +292,7 @@ def choose_variant(
     op: str | None = None,
     *,
     interpreted: bool = False,
+    spans_nodes: bool = False,
 ):
     """``"fused"``, ``"unfused"`` or ``"copy_engine"`` (or the explicit variant in ``config``).
 
@@ -301,7 +302,8 @@ def choose_variant(
     On GPUs it fuses when there is communication to hide (more than one rank) and
     enough work to hide it behind (see :data:`MIN_TILES_PER_SM`, :data:`MIN_K`;
     ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM`); a large
-    ``matmul_reduce_scatter`` uses the copy engines (:data:`COPY_ENGINE_MIN_ELEMENTS`).
+    ``matmul_reduce_scatter`` uses the copy engines (:data:`COPY_ENGINE_MIN_ELEMENTS`),
+    except in jobs that span nodes (``spans_nodes``): copy engines reach only this node's GPUs.
     ``rows`` and ``cols`` are the per-rank GEMM's output (``op`` names the ``ctx.ops`` method).
 
     Example:
@@ -314,7 +316,7 @@ def choose_variant(
         return "fused"
     if world_size == 1 or k < MIN_K:
         return "unfused"
-    if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS:
+    if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS and not spans_nodes:
         return COPY_ENGINE
     tiles = _tile_count(rows, cols, 128, 128)
     per_sm = GATHER_MIN_TILES_PER_SM if op == "all_gather_matmul" else MIN_TILES_PER_SM

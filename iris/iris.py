@@ -106,11 +106,9 @@ class Iris:
         # the device barrier's arrivals (here), the collectives' flags (ccl.Runtime).
         barrier_piece = ((BARRIER_SLOTS, self.num_ranks), torch.int64)
         flag_piece = Runtime.flag_piece(self.num_ranks, self.backend.multiprocessor_count(device))
-        scratch_piece = ((layout.SCRATCH_BYTES,), torch.uint8)
-        reserved = SymmetricHeap.footprint([barrier_piece, flag_piece, scratch_piece])
+        reserved = SymmetricHeap.footprint([barrier_piece, flag_piece])
         self.heap = SymmetricHeap(heap_size, self.backend, self._comm, device, reserved)
         self._barrier_arrivals = self.heap.reserve(*barrier_piece)
-        scratch = self.heap.reserve(*scratch_piece)
         self._barrier_slots = GroupSlots(
             BARRIER_SLOTS, self.num_ranks, "device_barrier", "use a different group layout or a host barrier"
         )
@@ -124,7 +122,6 @@ class Iris:
         context = [self.cur_rank, self.num_ranks, *self.heap.bases, self.heap.mapped_size]
         context += [0] * (layout.context_length(self.num_ranks) - len(context))
         context[layout.ranks_per_node_slot(self.num_ranks)] = self.ranks_per_node
-        context[layout.scratch_slot(self.num_ranks)] = scratch.data_ptr()
         self._device_context = torch.tensor(context, dtype=torch.int64, device=device)
         self.heap_bases = self._device_context[layout.heap_bases_slots(self.num_ranks)].view(torch.uint64)
         #: Wait timeouts, flight recorder and hang reports; see :class:`iris.hang.Hang`.

@@ -4,17 +4,14 @@ Each rank hands its kernels one int64 tensor (``Iris.get_device_context()``) tha
 everything a device op needs to know about the job::
 
     [cur_rank, world_size, heap_base_0 .. heap_base_{n-1}, heap_size,
-     <TRACING_SLOTS tracing slots>, <FLIGHT_SLOTS flight-recorder slots>,
-     ranks_per_node, scratch]
+     <TRACING_SLOTS tracing slots>, <FLIGHT_SLOTS flight-recorder slots>, ranks_per_node]
 
 The functional API's ``heap_bases`` (``Iris.get_heap_bases()``) is a view of the
 ``heap_base_*`` slots, so every other slot is reachable from it: the rank two slots
 before it, the world size one before, the heap size ``world_size`` after it, then the
-tracing and flight slots, the ranks per node (rank ``r`` is on node
-``r // ranks_per_node``) and last the address of this rank's scratch word (8 bytes of
-the heap's reserved region, at the same offset on every rank: a cross-node path may aim
-masked-off lanes there). The node slots come last so that single-node kernels, which
-never read them, address every other slot as before. The host builds and fills the
+tracing and flight slots, and last the ranks per node (rank ``r`` is on node
+``r // ranks_per_node``). The node slot comes last so that single-node kernels, which
+never read it, address every other slot as before. The host builds and fills the
 tensor through the functions below and kernels read it through the accessors below;
 no other module counts slots.
 
@@ -41,8 +38,6 @@ HEADER_SLOTS = 2
 TRACING_SLOTS = schema.TRACING_SLOTS
 #: Slots of wait timeouts and the flight recorder (``iris.device.flight.SLOT_*``).
 FLIGHT_SLOTS = 7
-#: Bytes of the scratch word the cross-node path writes masked-off lanes to.
-SCRATCH_BYTES = 8
 
 # Constexpr copies for kernels: slots before heap_bases, counted back from it.
 _HEADER: tl.constexpr = tl.constexpr(HEADER_SLOTS)
@@ -59,7 +54,7 @@ def context_length(world_size: int) -> int:
     Example:
         >>> context = torch.zeros(layout.context_length(4), dtype=torch.int64)
     """
-    return scratch_slot(world_size) + 1
+    return ranks_per_node_slot(world_size) + 1
 
 
 def heap_bases_slots(world_size: int) -> slice:
@@ -96,15 +91,6 @@ def ranks_per_node_slot(world_size: int) -> int:
         >>> context[layout.ranks_per_node_slot(4)] = 2
     """
     return flight_slot(world_size, FLIGHT_SLOTS)
-
-
-def scratch_slot(world_size: int) -> int:
-    """Index in the context tensor of the scratch word's address.
-
-    Example:
-        >>> context[layout.scratch_slot(4)] = scratch.data_ptr()
-    """
-    return ranks_per_node_slot(world_size) + 1
 
 
 # ---------------------------------------------------------------- device side
@@ -188,13 +174,3 @@ def flight_slots(heap_bases):
         >>> timeout = tl.load(layout.flight_slots(heap_bases) + flight.SLOT_TIMEOUT_NS)
     """
     return tracing_slots(heap_bases) + _TRACING_SLOTS
-
-
-@triton.jit
-def scratch(heap_bases):
-    """Address (int64) of this rank's scratch word; every rank's is at the same heap offset.
-
-    Example:
-        >>> address = tl.where(mask, ptr.to(tl.int64), layout.scratch(heap_bases))
-    """
-    return tl.load(flight_slots(heap_bases) + _FLIGHT_SLOTS + 1).to(tl.int64, bitcast=True)

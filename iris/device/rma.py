@@ -757,11 +757,8 @@ MAX_THREADS: tl.constexpr = tl.constexpr(1024)
 
 @triton.jit
 def _poll(polled, scope: tl.constexpr, heap_bases, far_rank):
-    if crossnode.SCALE_OUT:
-        if far_rank >= 0:
-            seen = crossnode.get(polled, far_rank, heap_bases)
-        else:
-            seen = hw.load_acquire(polled, scope)
+    if crossnode.SCALE_OUT and far_rank >= 0:
+        seen = crossnode.get(polled, far_rank, heap_bases)
     else:
         seen = hw.load_acquire(polled, scope)
     return seen

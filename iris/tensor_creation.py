@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from .backends.base import names_device
 from .errors import InvalidArgumentError
 from .heap import SymmetricHeap
 from .tensors import TensorFactory, check_dtype, fill_random, full_dtype, normalize_size, normalize_steps
@@ -65,12 +66,7 @@ def is_valid_device(device, iris_device) -> bool:
         >>> tensor_creation.is_valid_device("cuda", ctx.device)
         True
     """
-    if device is None:
-        return True
-    requested, heap_device = torch.device(device), torch.device(iris_device)
-    if requested.type != heap_device.type:
-        return False
-    return requested.index is None or requested.index == heap_device.index
+    return device is None or names_device(torch.device(device), torch.device(iris_device))
 
 
 def throw_if_invalid_device(device, iris_device) -> None:

@@ -54,6 +54,18 @@ class CopyLanes(ABC):
         """Work queued on the current stream from now on starts after everything queued on the lanes."""
 
 
+def names_device(requested: torch.device, device: torch.device) -> bool:
+    """Whether ``requested`` names ``device``: the same type, and the same index unless it gives none.
+
+    Example:
+        >>> names_device(torch.device("cuda"), torch.device("cuda:1"))
+        True
+    """
+    if requested.type != device.type:
+        return False
+    return requested.index is None or requested.index == device.index
+
+
 class Backend(ABC):
     """Memory, device and synchronisation primitives of one execution backend."""
 
@@ -207,6 +219,4 @@ class Backend(ABC):
 
     def accepts_device(self, requested: torch.device, heap_device: torch.device) -> bool:
         """Whether a user's ``device=`` argument names this rank's heap device."""
-        if requested.type != heap_device.type:
-            return False
-        return requested.index is None or requested.index == heap_device.index
+        return names_device(requested, heap_device)

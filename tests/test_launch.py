@@ -54,13 +54,19 @@ def test_examples_are_numbered_as_documented():
     ]
 
 
+def verify_example(name: str, tmp_path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run example ``name`` at ``SMALL_WORLD`` ranks (traces go to ``tmp_path``); check it verified itself."""
+    writes_traces = name in ("07_tracing.py", "13_traced_gemm_all_scatter.py")
+    result = run_example(name, SMALL_WORLD, *([str(tmp_path)] if writes_traces else []), env=env)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert result.stdout.count(" OK") >= 1
+    return result
+
+
 @pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_example_verifies_itself(name, tmp_path):
-    writes_traces = name in ("07_tracing.py", "13_traced_gemm_all_scatter.py")
-    result = run_example(name, SMALL_WORLD, *([str(tmp_path)] if writes_traces else []))
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    assert result.stdout.count(" OK") >= 1
+    result = verify_example(name, tmp_path)
     if name.startswith("13_"):  # the quick start leaves what the README lists
         ranks = [f"rank{r}.npz" for r in range(SMALL_WORLD)]
         expected = {*ranks, "trace.pftrace", "trace.json", "report.json", "timeline.png"}

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 from conftest import SMALL_WORLD, WORLD_SIZES, get_pool
-from test_launch import run_example
+from test_launch import verify_example
 
 import iris
 from iris import config
@@ -237,8 +237,4 @@ CROSS_NODE_EXAMPLES = [
 @pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
 @pytest.mark.parametrize("name", CROSS_NODE_EXAMPLES)
 def test_examples_verify_themselves_across_nodes(name, tmp_path):
-    writes_traces = name in ("07_tracing.py", "13_traced_gemm_all_scatter.py")
-    args = [str(tmp_path)] if writes_traces else []
-    result = run_example(name, SMALL_WORLD, *args, env={"IRIS_RANKS_PER_NODE": "1"})
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    assert result.stdout.count(" OK") >= 1
+    verify_example(name, tmp_path, env={"IRIS_RANKS_PER_NODE": "1"})

@@ -6,8 +6,9 @@ keeps 16-byte vector accesses and which scope the atomics and flag reads use.
     IRIS_BACKEND=cuda python scripts/inspect_ptx.py
     IRIS_BACKEND=cuda python scripts/inspect_ptx.py --dump /tmp/ptx   (also each kernel's instructions)
 
-The last line names kernels with CTA barriers inside loops of more than one entry
-(:func:`barriers_in_multi_entry_loops`); it should read ``{}``.
+The last lines name kernels with CTA barriers inside loops of more than one entry
+(:func:`barriers_in_multi_entry_loops`) and wait kernels with CTA barriers inside
+their spin loops (:func:`barriers_in_loops`); both should read ``{}``.
 
 ``--dump`` writes every kernel's instruction stream to ``DIR/<name>.ptx``: a refactor
 that must not change code is checked by diffing two dumps.
@@ -23,7 +24,7 @@ os.environ.setdefault("IRIS_BACKEND", "cuda")
 
 import triton
 import triton.language as tl
-from ptx_flow import barriers_in_multi_entry_loops, print_barrier_hazards
+from ptx_flow import barriers_in_loops, barriers_in_multi_entry_loops, print_barrier_hazards
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -208,7 +209,8 @@ def instructions(ptx: str) -> list[str]:
 def memory_ops(ptx: str) -> dict[str, int]:
     """Count of each global load, store and atomic instruction in ``ptx``."""
     pattern = (
-        r"((?:\bld|\bst|\batom|\bred)\.global[\w.]*|\b(?:ld|atom)\.acquire[\w.]*|\bfence[\w.]*"
+        r"((?:\bld|\bst|\batom|\bred)\.global[\w.]*|\b(?:ld|atom)\.(?:acquire|relaxed|volatile)[\w.]*"
+        r"|\bfence[\w.]*"
         r"|%globaltimer|%smid|\btrap\b)"
     )
     ops = re.findall(pattern, ptx)
@@ -221,14 +223,17 @@ if __name__ == "__main__":
     dump = sys.argv[sys.argv.index("--dump") + 1] if "--dump" in sys.argv else None
     if dump:
         os.makedirs(dump, exist_ok=True)
-    hazards = {}
+    hazards, spin_hazards = {}, {}
     for kernel_name in KERNELS:
         ptx = compile_ptx(kernel_name)
         print(kernel_name, memory_ops(ptx))
         hazards[kernel_name] = barriers_in_multi_entry_loops(ptx)
+        if kernel_name.startswith("wait_"):
+            spin_hazards[kernel_name] = barriers_in_loops(ptx)
         if dump:
             with open(os.path.join(dump, f"{kernel_name}.ptx"), "w") as file:
                 file.write("\n".join(instructions(ptx)) + "\n")
     same = instructions(compile_ptx("put")) == instructions(compile_ptx("put_reference"))
     print("untraced_put_equals_reference", same)
     print_barrier_hazards(hazards)
+    print("barriers_in_wait_loops", {name: count for name, count in spin_hazards.items() if count})

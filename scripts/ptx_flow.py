@@ -109,6 +109,30 @@ def barriers_in_multi_entry_loops(ptx: str) -> int:
     return sum(line.startswith("bar.sync") for block in loop for line in code[block])
 
 
+def barriers_in_loops(ptx: str) -> int:
+    """CTA barriers (``bar.sync``) inside any loop: none may sit in a spin loop.
+
+    Each thread of a spinning program leaves the loop at its own poll (and times out
+    at its own clock read), so a barrier in the loop's body can wait for threads that
+    have left. Loops with a fixed trip count (a GEMM's K loop) may hold barriers:
+    apply this to kernels whose only loops are spin loops.
+    """
+    order, code, successors = _control_flow(ptx)
+
+    def reaches(start: str) -> set[str]:
+        seen, pending = set(), list(successors[start])
+        while pending:
+            block = pending.pop()
+            if block not in seen:
+                seen.add(block)
+                pending.extend(successors[block])
+        return seen
+
+    return sum(
+        line.startswith("bar.sync") for block in order if block in reaches(block) for line in code[block]
+    )
+
+
 def print_barrier_hazards(counts: dict[str, int]) -> None:
     """The closing report line of the compile checks: kernels with :func:`barriers_in_multi_entry_loops`."""
     print("barriers_in_multi_entry_loops", {name: count for name, count in counts.items() if count})

@@ -6,7 +6,7 @@ import pytest
 from offline import run_cuda_script, scripts_importable
 
 with scripts_importable():
-    from ptx_flow import barriers_in_multi_entry_loops
+    from ptx_flow import barriers_in_loops, barriers_in_multi_entry_loops
 
 pytestmark = pytest.mark.codegen
 
@@ -46,7 +46,8 @@ def test_timed_wait_reads_the_clock_reports_and_traps(ptx_report):
     timed = ptx_report["wait_timed"]
     assert "'%globaltimer'" in timed and "'trap': 1" in timed
     assert "fence.sc.sys" in timed  # the report reaches host memory before the kernel stops
-    assert "atom.global.relaxed.gpu.cas" in timed  # first timed-out program claims the report
+    # The first timed-out thread claims the report with an atomic of its own (no CTA barrier).
+    assert "atom.relaxed.gpu.global.cas" in timed
 
 
 def test_64_bit_flags_use_64_bit_acquire_loads(ptx_report):
@@ -93,6 +94,17 @@ $L__BB0_4:
 \tret;
 }
 """
+
+
+def test_no_cta_barrier_sits_in_a_spin_loop(ptx_report):
+    # Threads leave a spin loop (and time out) at their own polls: a barrier there can wait forever.
+    assert ptx_report["barriers_in_wait_loops"] == "{}"
+
+
+def test_the_spin_loop_check_finds_a_barrier_in_any_loop():
+    single_entry = TWO_ENTRY_LOOP.replace("\t@%p1 bra \t$L__BB0_3;\n", "")
+    assert barriers_in_loops(single_entry) == 2
+    assert barriers_in_loops(single_entry.replace("\tbra.uni \t$L__BB0_2;\n", "\tret;\n")) == 0
 
 
 def test_the_barrier_check_finds_a_loop_with_two_entries():

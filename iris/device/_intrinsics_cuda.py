@@ -105,6 +105,59 @@ def fence_system():
 
 
 @triton.jit
+def claim_alone(pointer):
+    """Flip the int32 at ``pointer`` from 0 to 1 in this thread; 1 if this thread flipped it.
+
+    Triton's scalar ``tl.atomic_cas`` is issued by one thread, which hands the result
+    to the others through shared memory behind a CTA barrier: threads that get here at
+    different times (each leaves a spin loop at its own poll) would not meet there.
+    """
+    old = tl.inline_asm_elementwise(
+        "atom.relaxed.gpu.global.cas.b32 $0, [$1], 0, 1;",
+        "=r,l",
+        [pointer.to(tl.int64)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+    return (old == 0).to(tl.int32)
+
+
+@triton.jit
+def store_alone(pointer, value):
+    """Store ``value`` as an int64 at ``pointer`` from this thread.
+
+    A scalar ``tl.store`` is issued by thread 0 only, which may not be here.
+    """
+    tl.inline_asm_elementwise(
+        "st.global.b64 [$1], $2;\n\tmov.u32 $0, 0;",
+        "=r,l,l",
+        [pointer.to(tl.int64), tl.cast(value, tl.int64)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@triton.jit
+def copy_alone(destination, source, count):
+    """Copy ``count`` int64 words from ``source`` to ``destination`` in this thread, with no barrier.
+
+    The reads bypass L1 (``ld.volatile``): other SMs wrote the words.
+    """
+    for index in range(0, count):
+        word = tl.inline_asm_elementwise(
+            "ld.volatile.global.b64 $0, [$1];",
+            "=l,l",
+            [(source + index).to(tl.int64)],
+            dtype=tl.int64,
+            is_pure=False,
+            pack=1,
+        )
+        store_alone(destination + index, word)
+
+
+@triton.jit
 def wait_expired(
     won, rank, sm, pid, op: tl.constexpr, offset, expected, seen, cmp: tl.constexpr, waited_ns, timeout
 ):

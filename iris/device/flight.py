@@ -33,12 +33,14 @@ Entry (8 x int64)::
 ``kind`` is the tracing event id (``iris_trace.schema.EVENT_NAMES``) or WAIT_BEGIN;
 ``sub`` is the comparison of a wait (index in CMPS) or 1 for ``signal(op="add")``.
 
-**The report.** A wait that times out claims the rank's report record (first
-program wins), a block of *host* memory the GPU writes directly. It copies the
-ring behind the record (a trapped GPU's memory can no longer be read), writes
-rank, SM, program, op, heap offset, expected and last seen value, then a fence,
-then the ``state`` word, and stops the kernel (``trap`` on GPUs, an exception
-under the interpreter).
+**The report.** A wait that times out claims the rank's report record (the first
+thread to time out wins, with an atomic of its own: the threads of a spinning
+program time out at different polls, so no step here may need them together), a
+block of *host* memory the GPU writes directly. That thread copies the ring behind
+the record (a trapped GPU's memory can no longer be read), writes rank, SM,
+program, op, heap offset, expected and last seen value, then a fence, then the
+``state`` word, and stops the kernel (``trap`` on GPUs, an exception under the
+interpreter).
 """
 
 import triton
@@ -75,8 +77,6 @@ REPORT_STATE: tl.constexpr = tl.constexpr(0)
 REPORT_WORDS: tl.constexpr = tl.constexpr(16)
 #: Per SM region, entries that say which waits are spinning now (after the ring).
 PENDING_SLOTS: tl.constexpr = tl.constexpr(4)
-#: int64 words the timed-out wait copies per step.
-SNAPSHOT_BLOCK: tl.constexpr = tl.constexpr(1024)
 
 CMPS = schema.CMPS
 #: Names a wait can be issued under (``wait_until(..., op=...)``); unknown names record 0.
@@ -279,24 +279,14 @@ def clear_waiting(heap_bases):
 
 
 @triton.jit
-def _copy_ring(slots, destination):
-    ring = _word(slots, SLOT_RING)
-    if ring != 0:
-        regions = _word(slots, SLOT_NUM_REGIONS)
-        total = regions * (_word(slots, SLOT_RING_MASK) + 1 + PENDING_SLOTS) * ENTRY_WORDS
-        source = ring.to(tl.pointer_type(tl.int64))
-        for start in range(0, total, SNAPSHOT_BLOCK):
-            offsets = start + tl.arange(0, SNAPSHOT_BLOCK)
-            inside = offsets < total
-            # Volatile: other SMs wrote the entries, this SM's L1 may hold stale lines.
-            tl.store(
-                destination + offsets, tl.load(source + offsets, mask=inside, volatile=True), mask=inside
-            )
-
-
-@triton.jit
 def expire(heap_bases, pointer, cmp: tl.constexpr, value, seen, waited_ns, timeout, op: tl.constexpr):
-    """A wait ran out of time: fill the report (first program of the rank wins) and stop."""
+    """A wait ran out of time: fill the report (first thread of the rank wins) and stop.
+
+    Called inside the spin loop, where each thread leaves or times out at its own poll:
+    so every step is one thread's own (``hw.*_alone``), with no CTA barrier that the
+    program's threads would have to reach together. The winning thread writes the whole
+    report; the others go back to spinning until its trap stops the kernel.
+    """
     won = tl.full([], 1, tl.int32)
     sm = hw.sm_id()
     pid = _linear_pid()
@@ -309,28 +299,27 @@ def expire(heap_bases, pointer, cmp: tl.constexpr, value, seen, waited_ns, timeo
         claim = _word(slots, SLOT_CLAIM)
         report = _word(slots, SLOT_REPORT)
         if claim != 0:
-            won = (
-                tl.atomic_cas(claim.to(tl.pointer_type(tl.int32)), 0, 1, sem="relaxed", scope="gpu") == 0
-            ).to(tl.int32)
+            won = hw.claim_alone(claim.to(tl.pointer_type(tl.int32)))
         if (won != 0) & (report != 0):
-            word = tl.arange(0, REPORT_WORDS)
-            data = tl.zeros([REPORT_WORDS], tl.int64)
-            data = tl.where(word == 1, rank, data)
-            data = tl.where(word == 2, sm.to(tl.int64), data)
-            data = tl.where(word == 3, pid.to(tl.int64), data)
-            data = tl.where(word == 4, op_id(op), data)
-            data = tl.where(word == 5, offset, data)
-            data = tl.where(word == 6, tl.cast(value, tl.int64), data)
-            data = tl.where(word == 7, tl.cast(seen, tl.int64), data)
-            data = tl.where(word == 8, cmp_id(cmp), data)
-            data = tl.where(word == 9, tl.cast(waited_ns, tl.int64), data)
-            data = tl.where(word == 10, hw.timer_ns(), data)
-            data = tl.where(word == 11, tl.cast(timeout, tl.int64), data)
             records = report.to(tl.pointer_type(tl.int64))
-            _copy_ring(slots, records + REPORT_WORDS)
-            tl.store(records + word, data, mask=word != REPORT_STATE)
+            ring = _word(slots, SLOT_RING)
+            if ring != 0:
+                regions = _word(slots, SLOT_NUM_REGIONS)
+                words = regions * (_word(slots, SLOT_RING_MASK) + 1 + PENDING_SLOTS) * ENTRY_WORDS
+                hw.copy_alone(records + REPORT_WORDS, ring.to(tl.pointer_type(tl.int64)), words)
+            hw.store_alone(records + 1, rank)
+            hw.store_alone(records + 2, sm)
+            hw.store_alone(records + 3, pid)
+            hw.store_alone(records + 4, tl.full([], op_id(op), tl.int64))
+            hw.store_alone(records + 5, offset)
+            hw.store_alone(records + 6, value)
+            hw.store_alone(records + 7, seen)
+            hw.store_alone(records + 8, tl.full([], cmp_id(cmp), tl.int64))
+            hw.store_alone(records + 9, waited_ns)
+            hw.store_alone(records + 10, hw.timer_ns())
+            hw.store_alone(records + 11, timeout)
             # Every field reaches host memory before the state word says they are there.
             hw.fence_system()
-            tl.store(records + REPORT_STATE, 1)
+            hw.store_alone(records + REPORT_STATE, tl.full([], 1, tl.int64))
             hw.fence_system()
     hw.wait_expired(won, rank, sm, pid, op, offset, value, seen, cmp, waited_ns, timeout)

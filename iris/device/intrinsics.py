@@ -8,6 +8,8 @@ from ..config import BACKEND
 if BACKEND == "emulated":
     from ._intrinsics_emulated import (
         HAS_STATIC_TIMEOUT,
+        claim_alone,
+        copy_alone,
         device_check,
         dot_operand,
         fence_system,
@@ -19,12 +21,15 @@ if BACKEND == "emulated":
         spin_check,
         spin_start,
         static_timeout_ns,
+        store_alone,
         timer_ns,
         wait_expired,
     )
 else:
     from ._intrinsics_cuda import (
         HAS_STATIC_TIMEOUT,
+        claim_alone,
+        copy_alone,
         device_check,
         dot_operand,
         fence_system,
@@ -36,12 +41,15 @@ else:
         spin_check,
         spin_start,
         static_timeout_ns,
+        store_alone,
         timer_ns,
         wait_expired,
     )
 
 __all__ = [
     "HAS_STATIC_TIMEOUT",
+    "claim_alone",
+    "copy_alone",
     "device_check",
     "dot_operand",
     "fence_system",
@@ -53,6 +61,7 @@ __all__ = [
     "spin_check",
     "spin_start",
     "static_timeout_ns",
+    "store_alone",
     "timer_ns",
     "wait_expired",
 ]

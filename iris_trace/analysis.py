@@ -463,13 +463,16 @@ def analyze(
     scope_names: dict[int, str] | None = None,
     top: int = 10,
     notes: list[str] | None = None,
+    releaser: np.ndarray | None = None,
 ) -> Report:
     """Compute, communication, overlap, stall and idle time per SM, per rank and overall,
     and why ranks waited.
 
     Definitions are in the module docstring. ``events`` is an ``EVENT_DTYPE`` array on one
     clock (``Trace.events``), in any order; ``notes`` go to the top of the report
-    (:func:`analyze_trace` fills them from the trace's metadata).
+    (:func:`analyze_trace` fills them from the trace's metadata). ``releaser`` is
+    :func:`~iris_trace.matching.match_releasers` of ``events`` where the caller has it
+    (``Trace.releasers``); it is computed here otherwise.
 
     Example:
         >>> report = analyze(trace.events, trace.world_size, trace.scope_names, top=5)
@@ -479,6 +482,8 @@ def analyze(
     events = np.asarray(events)
     if events.dtype != EVENT_DTYPE:
         raise TypeError(f"events have dtype {events.dtype}, expected iris_trace.events.EVENT_DTYPE")
+    if releaser is not None and len(releaser) != len(events):
+        raise ValueError(f"releaser has {len(releaser)} entries for {len(events)} events")
     ranks = events["cur_rank"].astype(np.int64)
     outside = (ranks < 0) | (ranks >= world_size)
     if outside.any():
@@ -512,7 +517,8 @@ def analyze(
     overall = {k: sum(row[k] for row in per_rank) for k in OVERALL_FIELDS[:-1]}
     overall["overlap_ratio"] = _ratio(overall["compute_during_comm_ns"], overall["comm_or_wait_ns"])
 
-    releaser = match_releasers(events)  # one matching serves the three analyses below
+    if releaser is None:
+        releaser = match_releasers(events)  # one matching serves the three analyses below
     causes = attribute_waits(events, releaser)
     groups = wait_groups(events, causes, scope_names)
     lifecycle = lifecycle_summary(tile_lifecycles(events, releaser))
@@ -564,4 +570,11 @@ def analyze_trace(trace, top: int = 10) -> Report:
     Example:
         >>> print(analyze_trace(Trace.from_files(files)).format_table())
     """
-    return analyze(trace.events, trace.world_size, trace.scope_names, top=top, notes=trace_notes(trace))
+    return analyze(
+        trace.events,
+        trace.world_size,
+        trace.scope_names,
+        top=top,
+        notes=trace_notes(trace),
+        releaser=trace.releasers,
+    )

@@ -16,6 +16,7 @@ maps every timestamp onto rank 0's clock.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ import numpy as np
 
 from .clock import ClockFit, fit_all
 from .events import EVENT_DTYPE, upgrade
+from .lanes import assign_lanes
+from .matching import match_releasers
 
 FORMAT = "iris-trace-rank/1"
 
@@ -184,6 +187,29 @@ class Trace:
             parts.append(events)
         merged = np.concatenate(parts)
         return merged[np.argsort(merged["start_ns"], kind="stable")]
+
+    @functools.cached_property
+    def releasers(self) -> np.ndarray:
+        """Per event of :attr:`events`, the index of the op that released it, -1 if none.
+
+        :func:`~iris_trace.matching.match_releasers`, computed once per trace: the
+        exporters and the report share it.
+
+        Example:
+            >>> waits = np.flatnonzero(trace.releasers >= 0)
+        """
+        return match_releasers(self.events)
+
+    @functools.cached_property
+    def lanes(self) -> np.ndarray:
+        """Per event of :attr:`events`, its lane on its SM (:func:`~iris_trace.lanes.assign_lanes`).
+
+        Computed once per trace, like :attr:`releasers`.
+
+        Example:
+            >>> trace.lanes.max() + 1   # the most programs that overlapped on one SM
+        """
+        return assign_lanes(self.events)
 
     @property
     def dropped(self) -> list[int]:

@@ -14,10 +14,8 @@ import json
 import numpy as np
 
 from ..events import event_name, lane_name
-from ..lanes import assign_lanes
-from ..matching import match_releasers
 from ..trace import Trace
-from .perfetto import ARGS, counter_rows, trace_metadata
+from .common import ARGS, counter_rows, trace_metadata
 
 LANES_PER_SM = 64
 
@@ -31,9 +29,8 @@ def write_chrome_json(trace: Trace, path: str, chunk_events: int = 1 << 18, prog
     """
     events = trace.events
     base = int(events["start_ns"].min()) if len(events) else 0
-    lanes = assign_lanes(events)
-    tids = events["cu_id"].astype(np.int64) * LANES_PER_SM + lanes
-    releasers = match_releasers(events)
+    tids = events["cu_id"].astype(np.int64) * LANES_PER_SM + trace.lanes
+    releasers = trace.releasers
     waits = np.flatnonzero(releasers >= 0)
     names = {int(e): event_name(int(e), trace.scope_names) for e in np.unique(events["event_id"])}
     with open(path, "w") as f:

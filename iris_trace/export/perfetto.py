@@ -30,28 +30,14 @@ import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
-from ..events import EVENT_NAMES, RELEASE_EVENTS, SCOPE_BASE, event_name, lane_name
-from ..lanes import assign_lanes, stable_order
-from ..matching import match_releasers
+from ..events import EVENT_NAMES, SCOPE_BASE, event_name, lane_name
+from ..lanes import stable_order
 from ..trace import Trace
 from . import wire
+from .common import ARGS, counter_rows, trace_metadata
 
 SEQUENCE_ID = 1
 METADATA_TRACK = 1
-#: Debug-annotation name ids (interned) and the event field each one shows.
-ARGS = {
-    1: "target_rank",
-    2: "payload_bytes",
-    3: "address",
-    4: "pid",
-    5: "pid_m",
-    6: "pid_n",
-    7: "op_index",
-    8: "value",
-    9: "cu_id",
-    10: "path",  # 0: through a mapped pointer (same node), 1: the cross-node path
-}
-COUNTER_BINS = 1000
 #: Packets encoded per numpy pass: about 1 MiB of rows, so the rows and their words stay in the
 #: CPU cache while each field is stored, and the Python cost of a pass is spread over many rows.
 BLOCK_ROWS = 8192
@@ -59,8 +45,6 @@ BLOCK_ROWS = 8192
 #: in the CPU cache while each field is read (reading a field of the whole array walks every
 #: record, once per field), and the temporaries stay small.
 SLICE_EVENTS = 1 << 14
-#: The same for the counters, whose work per slice is per rank and bin: more events at a time.
-COUNTER_SLICE_EVENTS = 1 << 16
 
 _BEGIN, _END, _INSTANT, _COUNTER = 1, 2, 3, 4
 _NEEDS_STATE = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
@@ -94,11 +78,9 @@ def write_perfetto(trace: Trace, path: str, chunk_events: int = 1 << 20, progres
     """
     events = trace.events
     base = int(events["start_ns"].min()) if len(events) else 0
-    lanes = assign_lanes(events)
-    releasers = match_releasers(events)
-    waits = np.flatnonzero(releasers >= 0)
-    sources = releasers[waits]
-    del releasers  # one int64 per event; the flows need only the matched waits
+    lanes = trace.lanes
+    waits = np.flatnonzero(trace.releasers >= 0)
+    sources = trace.releasers[waits]
     with open(path, "wb") as f:
         builder = StreamingTraceProtoBuilder(f)
         tracks = _write_descriptors(builder, trace, events, lanes)
@@ -220,73 +202,6 @@ def _write_metadata(builder, trace: Trace, base: int) -> None:
         else:
             annotation.string_value = value if isinstance(value, str) else json.dumps(value)
     builder.write_packet(packet)
-
-
-def trace_metadata(trace: Trace, base: int) -> dict:
-    """What every export records about the run (also used by the Chrome JSON writer)."""
-    return {
-        "world_size": trace.world_size,
-        "events": int(len(trace.events)),
-        "dropped_events_per_rank": trace.dropped,
-        "devices": [r.device for r in trace.ranks],
-        "clock_offsets_ns": [round(f.offset_ns, 1) for f in trace.clock_fits],
-        "clock_drift_ppm": [round(f.drift * 1e6, 3) for f in trace.clock_fits],
-        "clock_residual_ns": [round(f.residual_ns, 1) for f in trace.clock_fits],
-        "clock_min_rtt_ns": [round(f.rtt_ns, 1) for f in trace.clock_fits],
-        "time_base_ns": base,
-        "command": trace.ranks[0].command,
-    }
-
-
-def counter_rows(trace: Trace, events: np.ndarray, base: int):
-    """Per-rank GB/s of payload moved in COUNTER_BINS bins, one sample where the rate changes.
-
-    Returns (times relative to ``base``, ranks, values).
-    """
-    if len(events) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-    start, stop = int(events["start_ns"].min()), int(events["end_ns"].max()) + 1
-    edges = np.linspace(start, stop, COUNTER_BINS + 1)
-    width_s = (edges[1] - edges[0]) / 1e9
-    moving_ids = sorted(RELEASE_EVENTS | {1, 3})
-    totals = [0] * trace.world_size
-    for lo in range(0, len(events), COUNTER_SLICE_EVENTS):
-        part = events[lo : lo + COUNTER_SLICE_EVENTS]
-        # The moving events' records in one pass (reading single fields by index is several
-        # times slower), then grouped by rank with a stable sort, keeping their time order.
-        moving = part.take(np.flatnonzero(np.isin(part["event_id"], moving_ids)))
-        by_rank = np.argsort(moving["cur_rank"], kind="stable")
-        ranks, starts, payload = (
-            np.ascontiguousarray(moving[f])[by_rank] for f in ("cur_rank", "start_ns", "payload_bytes")
-        )
-        bounds = np.searchsorted(ranks, np.arange(trace.world_size + 1), side="left")
-        for rank in range(trace.world_size):
-            mine = slice(bounds[rank], bounds[rank + 1])
-            totals[rank] = totals[rank] + _histogram(starts[mine], edges, payload[mine])
-    times, tracks, values = [], [], []
-    for rank in range(trace.world_size):
-        rate = np.broadcast_to(totals[rank] / width_s / 1e9, (COUNTER_BINS,))
-        # A counter holds its value until the next sample: keep only the bins where it changes.
-        changes = np.flatnonzero(np.concatenate(([True], rate[1:] != rate[:-1])))
-        times.append(edges[:-1].astype(np.int64)[changes] - base)
-        tracks.append(np.full(len(changes), rank, dtype=np.int64))
-        values.append(rate[changes])
-    return np.concatenate(times), np.concatenate(tracks), np.concatenate(values)
-
-
-def _histogram(values: np.ndarray, edges: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """``np.histogram(values, edges, weights=weights)[0]``, without its sort when ``values`` are sorted.
-
-    The same arithmetic as numpy's: differences of the cumulative weights at each edge, the
-    last bin closed on the right.
-    """
-    if not np.all(values[1:] >= values[:-1]):
-        return np.histogram(values, bins=edges, weights=weights)[0]
-    cumulative = np.concatenate((np.zeros(1, weights.dtype), np.cumsum(weights)))
-    at_edges = np.concatenate(
-        (values.searchsorted(edges[:-1], "left"), values.searchsorted(edges[-1:], "right"))
-    )
-    return np.diff(cumulative[at_edges])
 
 
 class _SliceWriter:

@@ -1,0 +1,77 @@
+"""The trace side's import arrows point down (docs/layout.md): no cycles, no reach into ``iris``."""
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "iris_trace"
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    """Every module ``path`` imports, at the top or inside a function, as absolute names."""
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            if node.level:
+                base = base[: len(base) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module
+            if node.module:
+                found.add(name)
+            # ``from . import wire`` imports a module, not a name.
+            found.update(f"{name}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (a package's own __init__ aside: importing
+    a submodule always runs it first)."""
+    modules = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    return {
+        name: {m for m in _imports(path) if m in modules and m != name and not name.startswith(m + ".")}
+        for name, path in modules.items()
+    }
+
+
+def test_the_trace_package_never_imports_the_runtime():
+    for path in PACKAGE.rglob("*.py"):
+        runtime = {m for m in _imports(path) if m == "iris" or m.startswith("iris.")}
+        assert not runtime, f"{path.name} imports {runtime}"
+
+
+def test_only_the_command_line_and_the_package_face_import_the_exporters():
+    graph = _graph()
+    for name, targets in graph.items():
+        if name.startswith("iris_trace.export") or name in ("iris_trace.cli",):
+            continue
+        exporters = {t for t in targets if t.startswith("iris_trace.export")}
+        assert not exporters, f"{name} imports {exporters}"
+
+
+def test_the_trace_modules_import_each_other_without_cycles():
+    edges = _graph()
+    state: dict[str, int] = {}
+
+    def visit(name: str, path: list[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            pytest.fail("import cycle: " + " -> ".join(path[path.index(name) :] + [name]))
+        state[name] = 1
+        for target in sorted(edges[name]):
+            visit(target, path + [name])
+        state[name] = 2
+
+    for name in sorted(edges):
+        visit(name, [])

@@ -43,6 +43,17 @@ def _control_flow(ptx: str) -> tuple[list[str], dict[str, list[str]], dict[str, 
     return order, code, successors
 
 
+def _closure(starts: list[str], edges: dict[str, list[str]]) -> set[str]:
+    """The blocks reachable from ``starts`` along ``edges`` (``starts`` included)."""
+    seen, pending = set(), list(starts)
+    while pending:
+        block = pending.pop()
+        if block not in seen:
+            seen.add(block)
+            pending.extend(edges[block])
+    return seen
+
+
 def barriers_in_multi_entry_loops(ptx: str) -> int:
     """CTA barriers (``bar.sync``) inside loops that control can enter at more than one block.
 
@@ -55,12 +66,7 @@ def barriers_in_multi_entry_loops(ptx: str) -> int:
     """
     order, code, successors = _control_flow(ptx)
     predecessors: dict[str, list[str]] = {block: [] for block in order}
-    reachable, pending = set(), [order[0]]
-    while pending:
-        block = pending.pop()
-        if block not in reachable:
-            reachable.add(block)
-            pending.extend(successors[block])
+    reachable = _closure([order[0]], successors)
     for block in reachable:
         for target in successors[block]:
             predecessors[target].append(block)
@@ -94,18 +100,9 @@ def barriers_in_multi_entry_loops(ptx: str) -> int:
             on_path.add(target)
             work.append((target, 0))
 
-    def closure(start: str, edges: dict[str, list[str]]) -> set[str]:
-        seen, pending = set(), [start]
-        while pending:
-            block = pending.pop()
-            if block not in seen:
-                seen.add(block)
-                pending.extend(edges[block])
-        return seen
-
     loop: set[str] = set()
     for source, target in irreducible:
-        loop |= closure(target, successors) & closure(source, predecessors)
+        loop |= _closure([target], successors) & _closure([source], predecessors)
     return sum(line.startswith("bar.sync") for block in loop for line in code[block])
 
 
@@ -118,19 +115,8 @@ def barriers_in_loops(ptx: str) -> int:
     apply this to kernels whose only loops are spin loops.
     """
     order, code, successors = _control_flow(ptx)
-
-    def reaches(start: str) -> set[str]:
-        seen, pending = set(), list(successors[start])
-        while pending:
-            block = pending.pop()
-            if block not in seen:
-                seen.add(block)
-                pending.extend(successors[block])
-        return seen
-
-    return sum(
-        line.startswith("bar.sync") for block in order if block in reaches(block) for line in code[block]
-    )
+    in_loop = [block for block in order if block in _closure(successors[block], successors)]
+    return sum(line.startswith("bar.sync") for block in in_loop for line in code[block])
 
 
 def print_barrier_hazards(counts: dict[str, int]) -> None:

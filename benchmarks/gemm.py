@@ -1,22 +1,21 @@
 """Iris's tile GEMM against cuBLAS, one GPU, bf16.
 
-Every fused op is built on ``iris.ops.gemm.tile_gemm``; this times it alone, as the
-persistent ``matmul_kernel`` on every SM, beside ``torch.matmul`` (cuBLAS) in the same
-run: ``auto`` (the tiles :func:`iris.ops.config.gemm_config` picks for the shape), the
-128 x 256 x 64 tiles of the fused ops, and any ``--configs``. Shapes are the per-rank
-GEMMs of benchmarks/fused_ops.py on 4 ranks (N or K divided by 4). Each way runs ``--iters`` calls between CUDA events, in ``--trials``
-trials that go round every way in a new (seeded) order; each figure is the median
-trial. Each result is checked against cuBLAS on fresh random inputs, on a poisoned
-output, before any timing.
+Every fused op is built on the tile GEMM of ``iris.ops.gemm``; this times the plain
+persistent GEMM as the ops launch it (:func:`iris.ops.matmul.matmul_launch`: tensor
+descriptors where the layouts allow, on every SM) beside ``torch.matmul`` (cuBLAS) in
+the same run: ``auto`` (the tiles :func:`iris.ops.config.gemm_config` picks for the
+shape), ``auto, pointer loads`` (the same tiles through ``matmul_kernel``, what the
+fused kernels' GEMM part uses), the 128 x 256 x 64 tiles of the fused ops, and any
+``--configs``. Shapes are the per-rank GEMMs of benchmarks/fused_ops.py on 4 ranks
+(N or K divided by 4). Each way runs ``--iters`` calls between CUDA events, in
+``--trials`` trials that go round every way in a new (seeded) order; each figure is
+the median trial. Each result is checked against cuBLAS on fresh random inputs, on a
+poisoned output, before any timing.
 
     python benchmarks/gemm.py --out benchmarks/results/gemm_h200.json
     ... --shapes "4096,2048,8192;4096,3584,4096"   (per-rank M,N,K)
     ... --configs "num_stages=4;block_n=128"        more tile settings
-    ... --configs "flatten=1"                       one pipelined loop over tiles and K
-
-The tile sweeps (``results/sweeps/gemm_tma_h200.json``, ``gemm_tma_tiles_h200.json``) come from
-commit a65719e, when ``tile_gemm`` could also load through tensor descriptors (Hopper's
-TMA); that path gained nothing clear over pointer loads and was removed (docs/fused.md).
+    ... --configs "tma=0,block_n=128"               pointer loads (tma=1: descriptors)
 """
 
 from __future__ import annotations
@@ -28,11 +27,10 @@ import statistics
 import time
 
 import torch
-import triton
 from common import parse_configs, parse_shapes, relative_error, time_loop, write_report
 
 from iris.ops.config import FusedConfig, flatten_tile_loop, gemm_config
-from iris.ops.gemm import matmul_kernel
+from iris.ops.matmul import matmul_launch
 
 #: Per-rank GEMMs of fused_ops.py's default shapes on 4 ranks: GEMM + all-scatter and
 #: all_gather_matmul split N, matmul_all_reduce / reduce_scatter split K.
@@ -43,17 +41,11 @@ DEFAULT_SHAPES = [
 ]
 
 
-def launch(a, b, c, config: FusedConfig, num_sms: int, untraced, flatten: bool = False):
+def launch(a, b, c, config: FusedConfig, num_sms: int, untraced, tma: bool | None):
     # ``untraced``: a uint64 heap_bases, so no tracing is compiled in (nor read).
-    M, K = a.shape
-    N = b.shape[1]
-    tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
-    return matmul_kernel[(min(num_sms, tiles),)](
-        a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), untraced,
-        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        EVEN_K=K % config.block_k == 0, FLATTEN=flatten, num_warps=config.num_warps,
-        num_stages=config.num_stages,
-    )  # fmt: skip
+    step = matmul_launch(a, b, c, config, num_sms, untraced, tma=tma)
+    step()
+    return step
 
 
 def measure_shape(shape, configs, args, num_sms: int) -> dict:
@@ -66,14 +58,19 @@ def measure_shape(shape, configs, args, num_sms: int) -> dict:
     ways = {"cublas": lambda: torch.matmul(a, b, out=c)}
     compiled, errors = {}, {}
     chosen = gemm_config(M, N, K, num_sms)
-    configs = {"auto": (chosen, flatten_tile_loop(chosen)), **configs}
-    for way, (config, flatten) in configs.items():
+    configs = {"auto": (chosen, None), "auto, pointer loads": (chosen, False), **configs}
+    for way, (config, tma) in configs.items():
         c.fill_(float("nan"))
-        kernel = launch(a, b, c, config, num_sms, untraced, flatten)
+        step = launch(a, b, c, config, num_sms, untraced, tma)
         torch.cuda.synchronize()
         errors[way] = relative_error(c, expected)
-        compiled[way] = {"registers": kernel.n_regs, "spills": kernel.n_spills}
-        ways[way] = lambda config=config, flatten=flatten: launch(a, b, c, config, num_sms, untraced, flatten)
+        kernel = step.compile()
+        compiled[way] = {
+            "kernel": step.kernel.fn.__name__,
+            "registers": kernel.n_regs,
+            "spills": kernel.n_spills,
+        }
+        ways[way] = step
     order = list(ways)
     trials = {way: [] for way in ways}
     rng = random.Random(f"{shape}")
@@ -115,11 +112,11 @@ def main():
     started = time.time()
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     base = FusedConfig(block_n=256, num_stages=3)
-    configs = {"128x256x64 s3": (base, False)}
+    configs = {"128x256x64 s3": (base, None)}
     for changes in args.configs:
         name = ",".join(f"{k}={v}" for k, v in changes.items())
-        flatten = bool(changes.pop("flatten", 0))
-        configs[name] = (base.replace(**changes), flatten)
+        tma = changes.pop("tma", None)
+        configs[name] = (base.replace(**changes), None if tma is None else bool(tma))
     rows = []
     for shape in args.shapes:
         row = measure_shape(shape, configs, args, num_sms)
@@ -136,8 +133,8 @@ def main():
         "iters": args.iters,
         "trials": args.trials,
         "configs": {
-            name: {**dataclasses.asdict(config), "flatten": flatten}
-            for name, (config, flatten) in configs.items()
+            name: {**dataclasses.asdict(config), "flatten": flatten_tile_loop(config), "tma": tma}
+            for name, (config, tma) in configs.items()
         },
         "results": rows,
         "seconds": time.time() - started,

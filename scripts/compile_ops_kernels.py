@@ -1,9 +1,9 @@
 """Compile the ``ctx.ops`` kernels that CI runs only under the interpreter, for Hopper (sm_90).
 
 The handshake and sum kernels of ``iris.ops.copy_kernels``, the two tracing kernels
-of ``iris.device.dma_trace`` and the workgroup-specialised GEMM + all-scatter
-(GPU-sized tiles), untraced and traced: this catches code that only the interpreter
-accepts before a GPU run does. No GPU is needed.
+of ``iris.device.dma_trace``, the workgroup-specialised GEMM + all-scatter and the
+plain GEMM through tensor descriptors (GPU-sized tiles), untraced and traced: this
+catches code that only the interpreter accepts before a GPU run does. No GPU is needed.
 
 It then checks that a consumer can share SMs with the GEMM
 (``FusedConfig.consumer_warps``): the producer and consumers of 1, 2 and 4 warps,
@@ -36,6 +36,7 @@ from iris.device.dma_trace import dma_record_kernel, dma_start_kernel
 from iris.ops import SHARING_BACKOFF_NS, copy_kernels
 from iris.ops.all_scatter import BOTH, CONSUMER, PRODUCER, workgroup_specialized_kernel
 from iris.ops.config import SM_REGISTERS, default_config, split_sm_registers
+from iris.ops.gemm import matmul_tma_kernel
 
 
 def kernels(bases: str):
@@ -61,6 +62,14 @@ def kernels(bases: str):
         fused_signature(bases),
         {**TILES, "ROLE": BOTH},
     )
+    tiles = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}
+    descriptors = {
+        "a_desc": "tensordesc<bf16[128, 64]>",
+        "b_desc": "tensordesc<bf16[64, 256]>",
+        "c_desc": "tensordesc<bf16[128, 256]>",
+    }
+    plain = {**descriptors, "M": "i32", "N": "i32", "K": "i32", "heap_bases": bases}
+    yield "matmul_tma", matmul_tma_kernel, plain, {**tiles, "GROUP_M": 8, "FLATTEN": True}
 
 
 def fused_signature(bases: str) -> dict:
@@ -157,7 +166,10 @@ if __name__ == "__main__":
     for bases, label in (("*u64", "untraced"), ("*i64", "traced")):
         for name, kernel, signature, constexprs in kernels(bases):
             ptx = compile_ptx(kernel, signature, constexprs)
-            print(f"{name}[{label}] {len(ptx.splitlines())} lines", flush=True)
+            # Tensor-descriptor kernels move tiles with the TMA engine's bulk copies.
+            bulk = ptx.count("cp.async.bulk.tensor")
+            copies = f" bulk_tensor_copies={bulk}" if bulk else ""
+            print(f"{name}[{label}] {len(ptx.splitlines())} lines{copies}", flush=True)
             hazards[f"{name}[{label}]"] = barriers_in_multi_entry_loops(ptx)
             if dump:
                 os.makedirs(dump, exist_ok=True)

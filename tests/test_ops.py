@@ -14,6 +14,7 @@ from offline import run_cuda_script
 import iris
 from iris.ops import FusedConfig, choose_variant
 from iris.ops.config import last_wave_split, registers_beside, split_sm_registers
+from iris.ops.matmul import matmul_launch, tma_compatible
 
 M, N, K = 40, 48, 40
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -178,6 +179,47 @@ def _single_rank_body(rank, world_size):
         ctx.ops.matmul_all_reduce(out, a, b, config=_config("fused"))
         ctx.barrier()
         return _relative_error(out, expected)
+
+
+def _plain_gemm_body(rank, world_size):
+    # Row-major matrices go through tensor descriptors, a column-major B through pointer
+    # loads; 33 rows and K = 24 leave partial tiles and a partial K step at every edge.
+    with iris.iris(1 << 24) as ctx:
+        config = _config("bulk_synchronous")
+        results = []
+        ctx.tracing.enable(max_events=1 << 12)
+        for rows, cols, depth, column_major in ((33, 56, 24, False), (40, 48, 40, True)):
+            a, b = _inputs(ctx, rank, (rows, depth), (depth, cols), torch.bfloat16, 0)
+            if column_major:
+                b = b.t().contiguous().t()
+            out = ctx.full((rows, cols), float("nan"), dtype=torch.bfloat16)
+            step = matmul_launch(a, b, out, config, ctx.get_cu_count(), ctx.get_heap_bases())
+            step()
+            tiles = -(-rows // 32) * -(-cols // 32)
+            results.append((step.kernel.fn.__name__, _relative_error(out, a.float() @ b.float()), tiles))
+        events = ctx.tracing.events()
+        ctx.tracing.disable()
+        return results, int((events["event_id"] == 64 + 8).sum())
+
+
+def test_the_plain_gemm_uses_tensor_descriptors_where_the_layout_allows(world):
+    if world.world_size != 1:
+        pytest.skip("one-rank case")
+    results, gemm_scopes = world.run(_plain_gemm_body)[0]
+    assert [kernel for kernel, _, _ in results] == ["matmul_tma_kernel", "matmul_kernel"]
+    assert all(error < 1e-2 for _, error, _ in results), results
+    assert gemm_scopes == sum(tiles for _, _, tiles in results)  # each tile traced once
+
+
+def test_tensor_descriptors_need_unit_inner_strides_and_aligned_rows():
+    matrix = torch.empty(64, 256, dtype=torch.bfloat16)
+    assert tma_compatible(matrix)
+    assert not tma_compatible(matrix.t())  # column-major
+    assert not tma_compatible(matrix[:, 1:])  # base 2 bytes off the 16-byte grid
+    assert not tma_compatible(torch.empty(64, 12, dtype=torch.bfloat16))  # 24-byte rows
+    a, b, c = (torch.empty(64, 64, dtype=torch.bfloat16) for _ in range(3))
+    with pytest.raises(ValueError, match="tma=True needs unit inner strides"):
+        matmul_launch(a, b.t(), c, _config("bulk_synchronous"), 4, None, tma=True)
 
 
 def test_last_wave_split_is_the_first_tile_of_the_last_wave():
@@ -475,8 +517,10 @@ def test_repeated_calls_replay_their_plan_with_new_values(multi_world):
 @pytest.mark.codegen
 def test_ops_kernels_compile_for_hopper():
     stdout = run_cuda_script("compile_ops_kernels.py")
-    # 8 kernels (wait_landed twice), untraced and traced, the barrier check, then the
+    # 9 kernels (wait_landed twice), untraced and traced, the barrier check, then the
     # register split beside 3 consumers
     lines = stdout.splitlines()
-    assert len(lines) == 20, stdout
+    assert len(lines) == 22, stdout
     assert "barriers_in_multi_entry_loops {}" in lines, stdout
+    # The plain GEMM moves its tiles with bulk tensor copies, traced or not.
+    assert sum("matmul_tma[" in line and "bulk_tensor_copies=" in line for line in lines) == 2, stdout

@@ -54,7 +54,6 @@ from .config import (
     FusedConfig,
     choose_variant,
     default_config,
-    flatten_tile_loop,
     last_wave_split,
     split_sm_registers,
 )
@@ -65,7 +64,8 @@ from .copy_plans import (
     matmul_reduce_scatter_plan,
 )
 from .gather import all_gather_matmul_kernel
-from .gemm import SCOPE_GEMM, matmul_kernel
+from .gemm import SCOPE_GEMM
+from .matmul import matmul_launch
 from .reduce import gemm_reduce_kernel
 
 __all__ = ["FusedConfig", "Ops", "choose_variant", "default_config"]
@@ -230,11 +230,7 @@ class Ops:
             if variant == "unfused":
                 steps.append(lambda: matmul_into(A, B, block))
             else:
-                steps.append(PreparedLaunch(
-                    matmul_kernel, (min(num_sms, tiles),),
-                    (A, B, block, M, N, K, *A.stride(), *B.stride(), *block.stride(), heap_bases),
-                    dict(gemm, FLATTEN=flatten_tile_loop(cfg)),
-                ))  # fmt: skip
+                steps.append(matmul_launch(A, B, block, cfg, num_sms, heap_bases))
             steps.append(PreparedLaunch(
                 all_scatter_kernel, (num_sms,),
                 (block, entry, epoch, M, N, *block.stride(), rank, world, heap_bases),

@@ -1,4 +1,4 @@
-"""The tile GEMM every fused op is built from, plus a plain persistent GEMM kernel.
+"""The tile GEMM every fused op is built from, plus the plain persistent GEMM kernels.
 
 ``tile_gemm`` computes one ``BLOCK_M x BLOCK_N`` tile of ``A @ B`` in fp32 from
 any strides; rows and columns past the matrix edge are clamped on load (they
@@ -6,6 +6,13 @@ read valid memory and are masked when stored), so shapes need not divide the
 tile sizes. ``tile_coords`` maps a linear tile index to ``(pid_m, pid_n)`` in
 GROUP_M-row bands so that consecutive tiles of a persistent program share
 panels of A and B in L2.
+
+``matmul_tma_kernel`` is the plain GEMM through tensor descriptors (Hopper's TMA
+copy engine): whole tiles of A and B land in shared memory without passing through
+registers, out-of-range rows, columns and K are zero-filled, and the finished tile
+leaves with one asynchronous bulk store that the next tile's loads overlap. It needs
+unit inner strides and 16-byte aligned rows (:func:`iris.ops.matmul.tma_compatible`);
+``matmul_kernel`` takes any strides.
 
 Example:
     >>> @triton.jit
@@ -228,3 +235,60 @@ def matmul_kernel(
             a, b, c, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
             heap_bases, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
         )  # fmt: skip
+
+
+@triton.jit
+def tile_gemm_tma(
+    a_desc, b_desc, pid_m, pid_n, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
+):
+    """fp32 accumulator of tile ``(pid_m, pid_n)``, A and B read through tensor descriptors.
+
+    The descriptors' block shapes are ``[BLOCK_M, BLOCK_K]`` and ``[BLOCK_K, BLOCK_N]``;
+    reads past the matrix edges (rows, columns or the last K step) return zeros.
+
+    Example:
+        >>> acc = tile_gemm_tma(a_desc, b_desc, pid_m, pid_n, K, 128, 256, 64)
+    """
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        tile_a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+        tile_b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
+        acc = tl.dot(hw.dot_operand(tile_a), hw.dot_operand(tile_b), acc)
+    return acc
+
+
+@triton.jit
+def matmul_tma_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    M,
+    N,
+    K,
+    heap_bases,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    FLATTEN: tl.constexpr = False,
+):
+    """Persistent ``C = A @ B`` through tensor descriptors (module docstring); tiles as in ``matmul_kernel``.
+
+    ``c_desc``'s block shape is ``[BLOCK_M, BLOCK_N]``; stores past its edges are dropped.
+    :func:`iris.ops.matmul.matmul_launch` builds the descriptors and picks this kernel.
+
+    Example:
+        >>> a_desc = TensorDescriptor.from_tensor(a, [128, 64])
+        >>> b_desc = TensorDescriptor.from_tensor(b, [64, 256])
+        >>> c_desc = TensorDescriptor.from_tensor(c, [128, 256])
+        >>> matmul_tma_kernel[(num_sms,)](a_desc, b_desc, c_desc, M, N, K, ctx.get_heap_bases(),
+        ...                               128, 256, 64, 8, FLATTEN=True)
+    """
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    for tile_id in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN):
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        started = tracing.trace_begin(heap_bases)
+        acc = tile_gemm_tma(a_desc, b_desc, pid_m, pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K)
+        tracing.trace_end(heap_bases, started, SCOPE_GEMM, pid_m, pid_n)
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))

@@ -218,7 +218,7 @@ def test_tensor_descriptors_need_unit_inner_strides_and_aligned_rows():
     assert not tma_compatible(matrix[:, 1:])  # base 2 bytes off the 16-byte grid
     assert not tma_compatible(torch.empty(64, 12, dtype=torch.bfloat16))  # 24-byte rows
     a, b, c = (torch.empty(64, 64, dtype=torch.bfloat16) for _ in range(3))
-    with pytest.raises(ValueError, match="tma=True needs unit inner strides"):
+    with pytest.raises(ValueError, match="tma=True needs 16-bit inputs"):
         matmul_launch(a, b.t(), c, _config("bulk_synchronous"), 4, None, tma=True)
 
 

@@ -1,6 +1,6 @@
 """The plain persistent GEMM ``C = A @ B`` as one prepared launch, the way the ops run it.
 
-Where every matrix allows it (:func:`tma_compatible`), the GEMM reads and writes
+Where every matrix allows it (:func:`tma_compatible`, 16-bit inputs), the GEMM reads and writes
 through tensor descriptors (:func:`iris.ops.gemm.matmul_tma_kernel`, Hopper's TMA copy
 engine); otherwise it uses pointer loads with any strides
 (:func:`iris.ops.gemm.matmul_kernel`). Tiles come from the :class:`FusedConfig`, the
@@ -39,6 +39,11 @@ def tma_compatible(tensor: torch.Tensor) -> bool:
     return tensor.data_ptr() % _TMA_ALIGN == 0 and row_bytes % _TMA_ALIGN == 0
 
 
+def _has_tensor_memory_accelerator(tensor: torch.Tensor) -> bool:
+    # TMA arrived with Hopper (sm_90); the interpreter (CPU tensors) models descriptors itself.
+    return not tensor.is_cuda or torch.cuda.get_device_capability(tensor.device)[0] >= 9
+
+
 def matmul_launch(
     A: torch.Tensor,
     B: torch.Tensor,
@@ -58,9 +63,10 @@ def matmul_launch(
             ``num_warps``, ``num_stages``).
         heap_bases: the context's (``ctx.get_heap_bases()``): with tracing on, each tile is a
             ``gemm tile`` compute scope.
-        tma: ``None`` (default) uses tensor descriptors where :func:`tma_compatible` holds
-            for all three matrices; ``False`` always uses pointer loads; ``True`` requires
-            descriptors and raises ``ValueError`` where a matrix does not allow them.
+        tma: ``None`` (default) uses tensor descriptors for 16-bit inputs (bf16, fp16: what
+            was measured) where :func:`tma_compatible` holds for all three matrices;
+            ``False`` always uses pointer loads; ``True`` requires descriptors and raises
+            ``ValueError`` where the inputs do not allow them.
 
     Example:
         >>> step = matmul_launch(a, b, c, gemm_config(M, N, K, 132), 132, ctx.get_heap_bases())
@@ -79,11 +85,16 @@ def matmul_launch(
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
-    usable = all(tma_compatible(t) for t in (A, B, C))
+    usable = (
+        A.element_size() == 2
+        and all(tma_compatible(t) for t in (A, B, C))
+        and _has_tensor_memory_accelerator(C)
+    )
     if tma and not usable:
         raise ValueError(
-            "iris.ops.matmul_launch: tma=True needs unit inner strides and 16-byte aligned rows, got "
-            f"strides {A.stride()}, {B.stride()}, {C.stride()} ({A.dtype})"
+            "iris.ops.matmul_launch: tma=True needs 16-bit inputs, unit inner strides, 16-byte "
+            f"aligned rows and a Hopper GPU, got {A.dtype} with strides {A.stride()}, {B.stride()}, "
+            f"{C.stride()} on {C.device}"
         )
     if usable and tma is not False:
         descriptors = (

@@ -44,11 +44,11 @@ MAGIC = int.from_bytes(b"IRISFLT1", "little")
 VERSION = 2
 HEADER_BYTES = 512
 REPORT_OFFSET = 512
-REPORT_WORDS = 16
+REPORT_WORDS = schema.REPORT_WORDS
 META_OFFSET = 1024
 META_BYTES = 8192 - 1024
 RING_OFFSET = 8192
-ENTRY_WORDS = 8
+ENTRY_WORDS = schema.ENTRY_WORDS
 
 # Header words.
 H_MAGIC, H_VERSION, H_RANK, H_WORLD, H_PID, H_REGIONS, H_ENTRIES, H_HEAP_SIZE = range(8)
@@ -255,18 +255,19 @@ def read_flight_file(path: str) -> RankState:
         entries=decode_entries(ring, regions, entries, int(words[H_PENDING])),
     )
     report = words[REPORT_OFFSET // 8 : REPORT_OFFSET // 8 + REPORT_WORDS]
-    if int(report[0]) == 1:
+    field = {name: int(report[index]) for name, index in schema.REPORT_WORD.items()}
+    if field["state"] == 1:
         state.timeout = Timeout(
-            rank=int(report[1]),
-            sm=int(report[2]),
-            pid=int(report[3]),
-            op=OP_NAMES.get(int(report[4]), "wait"),
-            offset=int(report[5]),
-            expected=int(report[6]),
-            seen=int(report[7]),
-            cmp=CMPS[int(report[8])] if 0 <= int(report[8]) < len(CMPS) else "?",
-            waited_ns=int(report[9]),
-            timeout_ns=int(report[11]),
+            rank=field["rank"],
+            sm=field["sm"],
+            pid=field["pid"],
+            op=OP_NAMES.get(field["op"], "wait"),
+            offset=field["offset"],
+            expected=field["expected"],
+            seen=field["seen"],
+            cmp=CMPS[field["cmp"]] if 0 <= field["cmp"] < len(CMPS) else "?",
+            waited_ns=field["waited_ns"],
+            timeout_ns=field["timeout_ns"],
         )
     state.pending = pending_waits(state.entries)
     return state

@@ -154,3 +154,25 @@ CMPS = ("eq", "ne", "gt", "ge", "lt", "le")
 #: The API that issued a wait (flight entry ``op_id``), by family.
 OP_IDS = {"iris.wait_until": 1, "iris.device_barrier": 2, "iris.ccl": 3, "iris.ops": 4}
 OP_NAMES = {0: "wait", **{ident: name for name, ident in OP_IDS.items()}}
+
+# ---------------------------------------------------------------- the timeout report
+#: int64 words of the report a timed-out wait writes (the ring's copy follows them).
+REPORT_WORDS = 16
+#: The report's words in order: ``state`` becomes 1 once every other word is written;
+#: ``op`` is an OP_IDS value, ``cmp`` an index in CMPS, ``written_ns`` the GPU clock when
+#: the report was written.
+REPORT_FIELDS = (
+    "state",
+    "rank",
+    "sm",
+    "pid",
+    "op",
+    "offset",
+    "expected",
+    "seen",
+    "cmp",
+    "waited_ns",
+    "written_ns",
+    "timeout_ns",
+)
+REPORT_WORD = {name: index for index, name in enumerate(REPORT_FIELDS)}

@@ -169,6 +169,9 @@ def test_device_wait_ids_follow_the_schema():
     for op, ident in schema.OP_IDS.items():
         assert flight.op_id(op) == ident
     assert flight.op_id("iris.ccl.all_gather") == schema.OP_IDS["iris.ccl"]
+    fields = schema.REPORT_FIELDS
+    assert [flight.report_word(name) for name in fields] == list(range(len(fields)))
+    assert len(schema.REPORT_FIELDS) <= schema.REPORT_WORDS
 
 
 def _tile_and_scope_body(rank, world_size):

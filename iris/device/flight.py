@@ -72,9 +72,8 @@ WAIT_BEGIN: tl.constexpr = tl.constexpr(schema.WAIT_BEGIN)
 #: A timed-out wait reads the timer only once every this many spins.
 CHECK_EVERY: tl.constexpr = tl.constexpr(256)
 
-# Report record words; the ring's copy follows them.
-REPORT_STATE: tl.constexpr = tl.constexpr(0)
-REPORT_WORDS: tl.constexpr = tl.constexpr(16)
+#: int64 words of the timeout report (``iris_trace.schema.REPORT_FIELDS``); the ring's copy follows.
+REPORT_WORDS: tl.constexpr = tl.constexpr(schema.REPORT_WORDS)
 #: Per SM region, entries that say which waits are spinning now (after the ring).
 PENDING_SLOTS: tl.constexpr = tl.constexpr(4)
 
@@ -93,6 +92,14 @@ def cmp_id(cmp):
         if name == known:
             ident = index
     return ident
+
+
+@constexpr_function
+def report_word(name):
+    # The word of report field ``name`` (iris_trace.schema.REPORT_FIELDS, spelled out).
+    fields = ("state", "rank", "sm", "pid", "op", "offset", "expected", "seen", "cmp", "waited_ns")
+    fields = fields + ("written_ns", "timeout_ns")
+    return fields.index(str(name))
 
 
 @constexpr_function
@@ -307,19 +314,19 @@ def expire(heap_bases, pointer, cmp: tl.constexpr, value, seen, waited_ns, timeo
                 regions = _word(slots, SLOT_NUM_REGIONS)
                 words = regions * (_word(slots, SLOT_RING_MASK) + 1 + PENDING_SLOTS) * ENTRY_WORDS
                 hw.copy_alone(records + REPORT_WORDS, ring.to(tl.pointer_type(tl.int64)), words)
-            hw.store_alone(records + 1, rank)
-            hw.store_alone(records + 2, sm)
-            hw.store_alone(records + 3, pid)
-            hw.store_alone(records + 4, tl.full([], op_id(op), tl.int64))
-            hw.store_alone(records + 5, offset)
-            hw.store_alone(records + 6, value)
-            hw.store_alone(records + 7, seen)
-            hw.store_alone(records + 8, tl.full([], cmp_id(cmp), tl.int64))
-            hw.store_alone(records + 9, waited_ns)
-            hw.store_alone(records + 10, hw.timer_ns())
-            hw.store_alone(records + 11, timeout)
+            hw.store_alone(records + report_word("rank"), rank)
+            hw.store_alone(records + report_word("sm"), sm)
+            hw.store_alone(records + report_word("pid"), pid)
+            hw.store_alone(records + report_word("op"), tl.full([], op_id(op), tl.int64))
+            hw.store_alone(records + report_word("offset"), offset)
+            hw.store_alone(records + report_word("expected"), value)
+            hw.store_alone(records + report_word("seen"), seen)
+            hw.store_alone(records + report_word("cmp"), tl.full([], cmp_id(cmp), tl.int64))
+            hw.store_alone(records + report_word("waited_ns"), waited_ns)
+            hw.store_alone(records + report_word("written_ns"), hw.timer_ns())
+            hw.store_alone(records + report_word("timeout_ns"), timeout)
             # Every field reaches host memory before the state word says they are there.
             hw.fence_system()
-            hw.store_alone(records + REPORT_STATE, tl.full([], 1, tl.int64))
+            hw.store_alone(records + report_word("state"), tl.full([], 1, tl.int64))
             hw.fence_system()
     hw.wait_expired(won, rank, sm, pid, op, offset, value, seen, cmp, waited_ns, timeout)

@@ -81,6 +81,9 @@ def main():
             "peak_rss_mib": peak_rss_mib(),
         }
         if not args.skip_json:
+            # A trace of its own, so the JSON writer also pays for the lanes and releasers
+            # that the first writer computed (a Trace keeps them once computed).
+            trace = Trace(trace.ranks)
             started = time.perf_counter()
             write_chrome_json(trace, os.path.join(tmp, "t.json"))
             seconds = time.perf_counter() - started

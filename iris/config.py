@@ -16,6 +16,9 @@
                    world size, the job spans several nodes and device ops reach ranks of other
                    nodes through NVSHMEM (``docs/scale_out.md``); on one host, ``k`` makes it
                    behave as several nodes of ``k`` ranks each, so that path runs without a second host.
+``IRIS_CROSS_NODE_ALWAYS``  ``1`` sends every device op through the cross-node path, to ranks of this
+                   node and to this rank itself included: for checking that path where no second
+                   node exists (on GPUs it runs NVSHMEM even for one rank on one GPU).
 """
 
 from __future__ import annotations
@@ -68,9 +71,12 @@ def _launcher_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-#: Whether this job spans several nodes (fixed at import, from the launcher's environment):
-#: only then are the cross-node paths compiled into device ops (``iris.device.crossnode``).
-SCALE_OUT: bool = ranks_per_node() < _launcher_world_size()
+#: Whether every device op takes the cross-node path, even to this node's ranks (a testing aid).
+CROSS_NODE_ALWAYS: bool = os.environ.get("IRIS_CROSS_NODE_ALWAYS", "0") not in ("", "0")
+#: Whether this job spans several nodes (fixed at import, from the launcher's environment), or
+#: ``CROSS_NODE_ALWAYS``: only then are the cross-node paths compiled into device ops
+#: (``iris.device.crossnode``).
+SCALE_OUT: bool = ranks_per_node() < _launcher_world_size() or CROSS_NODE_ALWAYS
 
 FLIGHT: bool = os.environ.get("IRIS_FLIGHT", "1") not in ("", "0")
 DEFAULT_DEBUG_WAIT_TIMEOUT = 60.0

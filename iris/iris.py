@@ -85,7 +85,7 @@ class Iris:
     def __init__(self, heap_size: int = 1 << 30, allocator_type: str = "torch"):
         if allocator_type not in ("torch", "vmem"):
             raise ValueError(f"iris: allocator_type must be 'torch' or 'vmem', got {allocator_type!r}")
-        self.backend = make_backend(config.BACKEND)
+        self.backend = make_backend(config.BACKEND, cross_node=config.SCALE_OUT)
         self._comm = init_distributed(self.backend.dist_backend)
         self.cur_rank = self._comm.rank
         self.num_ranks = self._comm.world_size
@@ -804,7 +804,7 @@ def _ranks_per_node(world_size: int) -> int:
             f"iris: {per_node} ranks per node (IRIS_RANKS_PER_NODE or LOCAL_WORLD_SIZE) do not divide "
             f"the {world_size} ranks of this job"
         )
-    if (per_node < world_size) != config.SCALE_OUT:
+    if (per_node < world_size) != config.SCALE_OUT and not config.CROSS_NODE_ALWAYS:
         raise RuntimeError(
             f"iris: this job has {world_size} ranks, {per_node} per node, but iris was imported as part "
             f"of a {'multi' if config.SCALE_OUT else 'single'}-node job: set IRIS_RANKS_PER_NODE (or start "

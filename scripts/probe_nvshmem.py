@@ -75,8 +75,11 @@ def _probe(rank, world, port):
         say("missing:", " ".join(n for n in _WANTED if n not in names))
     symm_mem.set_backend("NVSHMEM")
     heap = symm_mem.empty(1 << 20, dtype=torch.uint8, device="cuda:0")
-    handle = symm_mem.rendezvous(heap, dist.group.WORLD.group_name)
-    say("heap", hex(heap.data_ptr()), "buffer_ptrs", [hex(p) for p in handle.buffer_ptrs])
+    # torch's rendezvous refuses one rank, but the allocation above has started NVSHMEM,
+    # and device calls need only that: one rank probes against itself (PE 0).
+    if world > 1:
+        handle = symm_mem.rendezvous(heap, dist.group.WORLD.group_name)
+        say("heap", hex(heap.data_ptr()), "buffer_ptrs", [hex(p) for p in handle.buffer_ptrs])
 
     import triton
     import triton.language as tl
@@ -117,7 +120,7 @@ def _probe(rank, world, port):
             [dest, value, pe],
             {
                 (core.dtype("int64"), core.dtype("int64"), core.dtype("int32")): (
-                    "nvshmem_int64_atomic_fetch_add",
+                    "nvshmem_uint64_atomic_fetch_add",
                     core.dtype("int64"),
                 )
             },
@@ -140,7 +143,7 @@ def _probe(rank, world, port):
         counter = (base + 8 * BLOCK).to(tl.pointer_type(tl.int64))
         _fetch_add(tl.where(mask, counter, counter + 1).to(tl.int64), tl.full([BLOCK], 1, tl.int64), pe)
         nvt.quiet()
-        nvt.signal_op((base + 8 * BLOCK + 64).to(tl.int64), 7, 0, pe)
+        nvt.signal_op((base + 8 * BLOCK + 64).to(tl.int64), tl.full([], 7, tl.int64), 0, pe)
         nvt.quiet()
 
     try:

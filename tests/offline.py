@@ -16,7 +16,13 @@ def run_cuda_script(name: str, *args: str, timeout: float = 600) -> str:
     env = {**os.environ, "IRIS_BACKEND": "cuda", "PYTHONPATH": os.pathsep.join(p for p in path if p)}
     env.pop("TRITON_INTERPRET", None)  # set by importing iris in the (emulated) test process
     # The checks are of the default build: settings that change what is compiled stay out.
-    for setting in ("IRIS_WAIT_TIMEOUT", "IRIS_DEBUG", "IRIS_FLIGHT", "IRIS_FLIGHT_ENTRIES"):
+    for setting in (
+        "IRIS_WAIT_TIMEOUT",
+        "IRIS_DEBUG",
+        "IRIS_FLIGHT",
+        "IRIS_FLIGHT_ENTRIES",
+        "IRIS_CROSS_NODE_ALWAYS",
+    ):
         env.pop(setting, None)
     result = subprocess.run(
         [sys.executable, os.path.join(ROOT, "scripts", name), *args],

@@ -1,5 +1,6 @@
 """What the CUDA backend compiles to, checked offline (Triton compiles PTX without a GPU)."""
 
+import os
 import re
 
 import pytest
@@ -118,3 +119,16 @@ def test_traced_variant_reads_the_timer_and_sm(ptx_report):
     traced = ptx_report["put_traced"]
     assert "'%globaltimer': 2" in traced and "'%smid'" in traced
     assert "atom.global.gpu.relaxed.add" in traced  # per-SM slot claim, not a system-wide atomic
+
+
+@pytest.mark.skipif(
+    not os.environ.get("NVSHMEM_LIB_DIR"), reason="NVSHMEM's device bitcode is not here (NVSHMEM_LIB_DIR)"
+)
+def test_the_cross_node_path_links_nvshmem_into_every_kernel():
+    lines = run_cuda_script("compile_crossnode.py", timeout=300).strip().splitlines()
+    assert len(lines) == 3, lines
+    for line in lines:
+        assert "nvshmem_state=True" in line and "unresolved=[]" in line and "cubin=True" in line, line
+    report = dict(line.split(" ", 1) for line in lines)
+    assert "rma_p" in report["_rma_kernel"] and "rma_g" in report["_rma_kernel"]
+    assert "amo_fetch" in report["_atomics_kernel"]

@@ -57,11 +57,20 @@ def prepare_process(name: str) -> None:
         _interpreter_compat.apply()
 
 
-def make_backend(name: str) -> Backend:
-    """Instantiate the backend called ``name``."""
+def make_backend(name: str, cross_node: bool = False) -> Backend:
+    """Instantiate the backend called ``name``; ``cross_node`` when device ops may reach other nodes.
+
+    Example:
+        >>> make_backend("emulated").name
+        'emulated'
+    """
     if name == "cuda":
         if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
             raise RuntimeError("IRIS_BACKEND=cuda cannot run with TRITON_INTERPRET=1")
+        if cross_node:
+            from .cuda_nvshmem import NvshmemBackend
+
+            return NvshmemBackend()
         from .cuda_ipc import CudaBackend
 
         return CudaBackend()

@@ -29,9 +29,8 @@ Atomics on 8- and 16-bit types do not cross nodes (NVSHMEM has none; ``rma``
 refuses them when they would). Under the emulation backend the same calls run on
 the mapped heaps with NVSHMEM's completion rule modelled
 (``iris.backends.emulated.RemoteWrites``), so CI covers the routing and ordering.
-On GPUs the cross-node path is not built yet (``docs/scale_out.md`` says what
-stands in the way): the cuda backend refuses a job that spans nodes, and a kernel
-compiled for one fails to compile with that message.
+On GPUs they are NVSHMEM calls (``_crossnode_cuda``, through ``_nvshmem_calls.ll``),
+linked into every kernel by ``iris.backends.cuda_nvshmem``.
 
 Example:
     >>> # A constant False in single-node jobs (``and`` short-circuits), so no branch is compiled.
@@ -39,7 +38,6 @@ Example:
     >>>     crossnode.put(buf + offs, values, peer, heap_bases, mask)
 """
 
-import triton
 import triton.language as tl
 
 from ..config import BACKEND
@@ -47,37 +45,9 @@ from ..config import SCALE_OUT as _SCALE_OUT
 
 #: Whether device ops route by node (the job spans nodes); constant for the process.
 SCALE_OUT: tl.constexpr = tl.constexpr(_SCALE_OUT)
-_UNAVAILABLE: tl.constexpr = tl.constexpr(
-    f"iris: the {BACKEND} backend has no cross-node path yet (docs/scale_out.md); run within one node"
-)
-
-
 if BACKEND == "emulated":
     from ._crossnode_emulated import atomic, cas, get, put, quiet
 else:
-
-    @triton.jit
-    def put(ptr, value, rank, heap_bases, mask=None):
-        tl.static_assert(False, _UNAVAILABLE)
-
-    @triton.jit
-    def get(ptr, rank, heap_bases, mask=None, other=None):
-        tl.static_assert(False, _UNAVAILABLE)
-        return tl.load(ptr)
-
-    @triton.jit
-    def atomic(op: tl.constexpr, ptr, value, rank, heap_bases, mask=None):
-        tl.static_assert(False, _UNAVAILABLE)
-        return tl.load(ptr)
-
-    @triton.jit
-    def cas(ptr, cmp, value, rank, heap_bases):
-        tl.static_assert(False, _UNAVAILABLE)
-        return tl.load(ptr)
-
-    @triton.jit
-    def quiet():
-        tl.static_assert(False, _UNAVAILABLE)
-
+    from ._crossnode_cuda import atomic, cas, get, put, quiet
 
 __all__ = ["SCALE_OUT", "atomic", "cas", "get", "put", "quiet"]

@@ -30,6 +30,8 @@ import triton.language as tl
 
 from iris_trace import schema
 
+from ..config import CROSS_NODE_ALWAYS as _CROSS_NODE_ALWAYS
+
 #: Slots before the heap bases: this rank, then the world size.
 RANK_SLOT = 0
 WORLD_SIZE_SLOT = 1
@@ -45,6 +47,7 @@ _RANK_BACK: tl.constexpr = tl.constexpr(HEADER_SLOTS - RANK_SLOT)
 _WORLD_SIZE_BACK: tl.constexpr = tl.constexpr(HEADER_SLOTS - WORLD_SIZE_SLOT)
 _TRACING_SLOTS: tl.constexpr = tl.constexpr(TRACING_SLOTS)
 _FLIGHT_SLOTS: tl.constexpr = tl.constexpr(FLIGHT_SLOTS)
+CROSS_NODE_ALWAYS: tl.constexpr = tl.constexpr(_CROSS_NODE_ALWAYS)
 
 
 # ---------------------------------------------------------------- host side
@@ -125,15 +128,30 @@ def world_size(heap_bases):
 
 
 @triton.jit
-def off_node(heap_bases, rank_a, rank_b):
+def different_nodes(heap_bases, rank_a, rank_b):
     """Whether ``rank_a`` and ``rank_b`` run on different nodes (so no mapped pointer joins them).
+
+    Example:
+        >>> tl.device_assert(layout.different_nodes(heap_bases, cur_rank, peer) == 0)
+    """
+    per_node = tl.load(flight_slots(heap_bases) + _FLIGHT_SLOTS).to(tl.int64, bitcast=True)
+    return tl.cast(rank_a, tl.int64) // per_node != tl.cast(rank_b, tl.int64) // per_node
+
+
+@triton.jit
+def off_node(heap_bases, rank_a, rank_b):
+    """Whether an op between ``rank_a`` and ``rank_b`` takes the cross-node path.
+
+    That is whether they run on different nodes, or always with ``IRIS_CROSS_NODE_ALWAYS=1``.
 
     Example:
         >>> if layout.off_node(heap_bases, cur_rank, peer):
         >>>     crossnode.put(ptr, values, peer, heap_bases, mask)
     """
-    per_node = tl.load(flight_slots(heap_bases) + _FLIGHT_SLOTS).to(tl.int64, bitcast=True)
-    return tl.cast(rank_a, tl.int64) // per_node != tl.cast(rank_b, tl.int64) // per_node
+    far = different_nodes(heap_bases, rank_a, rank_b)
+    if CROSS_NODE_ALWAYS:
+        far = far == far
+    return far
 
 
 @triton.jit

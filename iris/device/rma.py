@@ -93,7 +93,7 @@ def translate(
         _check_in_heap(ptr, local_rank, heap_bases, mask, op)
     if crossnode.SCALE_OUT:
         hw.device_check(
-            layout.off_node(heap_bases, local_rank, remote_rank) == 0,
+            layout.different_nodes(heap_bases, local_rank, remote_rank) == 0,
             op + ": the rank is on another node, where no pointer reaches (use iris.load/store/get/put)",
         )
     local_base = layout.heap_base(heap_bases, local_rank)
@@ -759,6 +759,8 @@ MAX_THREADS: tl.constexpr = tl.constexpr(1024)
 def _poll(polled, scope: tl.constexpr, heap_bases, far_rank):
     if crossnode.SCALE_OUT and far_rank >= 0:
         seen = crossnode.get(polled, far_rank, heap_bases)
+        # An acquire: reads after the wait must not be served before this one.
+        hw.fence_system()
     else:
         seen = hw.load_acquire(polled, scope)
     return seen

@@ -1,0 +1,79 @@
+"""Compile the cross-node path for Hopper (sm_90), linked against NVSHMEM's device library.
+
+Every device op is routed through the cross-node path (``IRIS_CROSS_NODE_ALWAYS=1``)
+and the kernels of ``tests/test_crossnode_path.py`` are compiled the way a job that
+spans nodes compiles them: through the hook that links ``_nvshmem_calls.ll`` and
+``libnvshmem_device*.bc`` into every kernel (``iris.backends.cuda_nvshmem``). One line
+per kernel says what it calls: NVSHMEM's transfer functions, and no function left
+unresolved. No GPU is needed; NVSHMEM's bitcode is (``NVSHMEM_LIB_DIR``, or the
+``nvidia-nvshmem-cu13`` wheel).
+
+    IRIS_BACKEND=cuda NVSHMEM_LIB_DIR=... python scripts/compile_crossnode.py
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+os.environ.setdefault("IRIS_BACKEND", "cuda")
+os.environ["IRIS_CROSS_NODE_ALWAYS"] = "1"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
+import triton
+from test_crossnode_path import _atomics_kernel, _rma_kernel, _signal_kernel
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+import iris
+from iris.backends.cuda_nvshmem import _link_nvshmem_into_every_kernel, nvshmem_device_library
+
+KERNELS = [
+    (
+        _rma_kernel,
+        {
+            **{name: "*fp32" for name in ("f32", "f32_out")},
+            **{name: "*bf16" for name in ("bf16", "bf16_out")},
+            **{name: "*i8" for name in ("i8", "i8_out")},
+            **{name: "*i64" for name in ("i64", "i64_out", "heap_bases")},
+        },
+        {"BLOCK": 16, "LIVE": 11},
+    ),
+    (
+        _atomics_kernel,
+        {
+            "counts": "*i64",
+            "floats": "*fp32",
+            "words": "*i32",
+            "block_f32": "*fp32",
+            "block_i32": "*i32",
+            "out": "*i32",
+            "heap_bases": "*i64",
+        },
+        {"ROUNDS": 8, "BLOCK": 16, "LIVE": 11},
+    ),
+    (_signal_kernel, {"data": "*i32", "flag": "*i32", "heap_bases": "*i64"}, {"ROUNDS": 8, "BLOCK": 16}),
+]
+
+
+def main() -> int:
+    assert iris.config.SCALE_OUT, "IRIS_CROSS_NODE_ALWAYS must be set before iris is imported"
+    library = nvshmem_device_library((9, 0))
+    _link_nvshmem_into_every_kernel(library)
+    for kernel, signature, constexprs in KERNELS:
+        signature = {**signature, **{name: "constexpr" for name in constexprs}}
+        signature = {name: signature[name] for name in kernel.arg_names}
+        compiled = triton.compile(ASTSource(kernel, signature, constexprs), target=GPUTarget("cuda", 90, 32))
+        ptx = compiled.asm["ptx"]
+        transfers = sorted(set(re.findall(r"nvshmemi_transfer_(\w+?)I", ptx)))
+        unresolved = re.findall(r"\.extern \.func[^\n]*?(\w+)\(", ptx)
+        print(
+            f"{kernel.fn.__name__} nvshmem_state={'nvshmemi_device_state_d' in ptx} "
+            f"transfers={','.join(transfers)} unresolved={unresolved} cubin={len(compiled.asm['cubin']) > 0}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""The cross-node path of every device op, exercised where no second node exists.
+
+``IRIS_CROSS_NODE_ALWAYS=1`` routes every op through the cross-node path, to the
+calling rank itself included, so one rank checks it: under emulation the model of
+NVSHMEM's completion rule, on a GPU NVSHMEM itself (one rank on one GPU, the most
+NVSHMEM allows there). Results are checked element by element against torch.
+"""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from conftest import get_pool
+
+import iris
+from iris_trace import schema
+
+BLOCK = 16
+LIVE = 11  # elements BLOCK - LIVE .. are masked off everywhere
+CTAS = 4
+ROUNDS = 8
+
+
+def _pool():
+    return get_pool(1, IRIS_CROSS_NODE_ALWAYS="1")
+
+
+@triton.jit
+def _rma_kernel(
+    f32,
+    f32_out,
+    bf16,
+    bf16_out,
+    i8,
+    i8_out,
+    i64,
+    i64_out,
+    heap_bases,
+    BLOCK: tl.constexpr,
+    LIVE: tl.constexpr,
+):
+    offs = tl.arange(0, BLOCK)
+    live = offs < LIVE
+    # put: a 32-, 16-, 8- and 64-bit block each, to this rank's second half
+    iris.put(f32 + offs, f32 + BLOCK + offs, 0, 0, heap_bases, mask=live)
+    iris.put(bf16 + offs, bf16 + BLOCK + offs, 0, 0, heap_bases, mask=live)
+    iris.put(i8 + offs, i8 + BLOCK + offs, 0, 0, heap_bases, mask=live)
+    iris.store(i64 + BLOCK + offs, tl.load(i64 + offs), 0, 0, heap_bases, mask=live)
+    iris.fence()
+    # get and load back, masked-off elements read ``other``
+    iris.get(f32 + BLOCK + offs, f32_out + offs, 0, 0, heap_bases, mask=live, other=-1.0)
+    iris.get(bf16 + BLOCK + offs, bf16_out + offs, 0, 0, heap_bases, mask=live, other=-1.0)
+    iris.get(i8 + BLOCK + offs, i8_out + offs, 0, 0, heap_bases, mask=live, other=-1)
+    tl.store(i64_out + offs, iris.load(i64 + BLOCK + offs, 0, 0, heap_bases, mask=live, other=-1))
+
+
+def _rma_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        if iris.BACKEND == "cuda":
+            assert type(ctx.backend).__name__ == "NvshmemBackend"
+        g = torch.Generator().manual_seed(7)
+        tensors = {}
+        for name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+            tensors[name] = ctx.full((2 * BLOCK,), -7, dtype=dtype)
+            tensors[name][:BLOCK] = torch.randn(BLOCK, generator=g).to(dtype)
+        for name, dtype, high in (("i8", torch.int8, 100), ("i64", torch.int64, 1 << 60)):
+            tensors[name] = ctx.full((2 * BLOCK,), -7, dtype=dtype)
+            tensors[name][:BLOCK] = torch.randint(-high, high, (BLOCK,), generator=g, dtype=dtype)
+        outs = {name: ctx.full((BLOCK,), 99, dtype=t.dtype) for name, t in tensors.items()}
+        ctx.tracing.enable(max_events=64 * ctx.get_cu_count())
+        ctx.barrier()
+        args = [x for name in ("f32", "bf16", "i8", "i64") for x in (tensors[name], outs[name])]
+        _rma_kernel[(1,)](*args, ctx.get_heap_bases(), BLOCK=BLOCK, LIVE=LIVE)
+        ctx.barrier()
+        for name, t in tensors.items():
+            written = t[:BLOCK].clone()
+            written[LIVE:] = -7
+            assert torch.equal(t[BLOCK:].cpu(), written.cpu()), (name, t)
+            read = written.clone()
+            read[LIVE:] = -1 if name == "i64" else 99  # iris.load returns ``other``; iris.get skips
+            assert torch.equal(outs[name].cpu(), read.cpu()), (name, outs[name])
+        events = ctx.tracing.events()
+        assert len(events) and (events["path"] == schema.PATH_CROSS_NODE).all(), events
+
+
+@triton.jit
+def _atomics_kernel(
+    counts,
+    floats,
+    words,
+    block_f32,
+    block_i32,
+    out,
+    heap_bases,
+    ROUNDS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    LIVE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    live = offs < LIVE
+    for _ in range(ROUNDS):
+        iris.atomic_add(counts, 1, 0, 0, heap_bases)  # native fetch-add, every CTA
+        iris.atomic_add(counts + 1, 3, 0, 0, heap_bases, sem="relaxed")
+        iris.atomic_add(floats, 0.5, 0, 0, heap_bases)  # compare-and-swap loop
+        iris.atomic_max(counts + 2, pid * 10 + 5, 0, 0, heap_bases)
+        iris.atomic_min(floats + 1, -1.5 * pid, 0, 0, heap_bases)
+    iris.atomic_or(words, 1 << pid, 0, 0, heap_bases)
+    iris.atomic_xor(words + 1, 1 << pid, 0, 0, heap_bases)
+    iris.atomic_and(words + 2, ~(1 << pid), 0, 0, heap_bases)
+    # block atomics: one element after another, masked-off elements untouched
+    iris.atomic_add(block_f32 + offs, offs.to(tl.float32) + 0.25, 0, 0, heap_bases, mask=live)
+    iris.atomic_add(block_i32 + offs, offs + 1, 0, 0, heap_bases, mask=live)
+    if pid == 0:
+        old = iris.atomic_cas(words + 3, 0, 42, 0, 0, heap_bases)
+        again = iris.atomic_cas(words + 3, 0, 7, 0, 0, heap_bases)
+        swapped = iris.atomic_xchg(counts + 3, 9, 0, 0, heap_bases)
+        tl.store(out, old)
+        tl.store(out + 1, again)
+        tl.store(out + 2, swapped)
+
+
+def _atomics_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        counts = ctx.zeros(4, dtype=torch.int64)
+        counts[3] = 77
+        floats = ctx.zeros(2, dtype=torch.float32)
+        words = ctx.zeros(4, dtype=torch.int32)
+        words[2] = -1
+        block_f32 = ctx.full((BLOCK,), 1.0, dtype=torch.float32)
+        block_i32 = ctx.full((BLOCK,), 5, dtype=torch.int32)
+        out = ctx.full((3,), -1, dtype=torch.int64)
+        ctx.barrier()
+        heap_bases = ctx.get_heap_bases()
+        _atomics_kernel[(CTAS,)](
+            counts,
+            floats,
+            words,
+            block_f32,
+            block_i32,
+            out,
+            heap_bases,
+            ROUNDS=ROUNDS,
+            BLOCK=BLOCK,
+            LIVE=LIVE,
+        )
+        ctx.barrier()
+        calls = CTAS * ROUNDS
+        expected_counts = [calls, 3 * calls, (CTAS - 1) * 10 + 5, 9]
+        assert counts.cpu().tolist() == expected_counts, counts
+        assert floats.cpu().tolist() == [0.5 * calls, -1.5 * (CTAS - 1)], floats
+        every = (1 << CTAS) - 1
+        assert words.cpu().tolist() == [every, every, ~every, 42], words
+        index = torch.arange(BLOCK)
+        live = index < LIVE
+        f32 = torch.where(live, 1.0 + CTAS * (index + 0.25), torch.tensor(1.0))
+        i32 = torch.where(live, 5 + CTAS * (index + 1), torch.tensor(5)).to(torch.int32)
+        assert torch.equal(block_f32.cpu(), f32), block_f32
+        assert torch.equal(block_i32.cpu(), i32), block_i32
+        assert out.cpu().tolist() == [0, 42, 77], out
+
+
+@triton.jit
+def _signal_kernel(data, flag, heap_bases, ROUNDS: tl.constexpr, BLOCK: tl.constexpr):
+    # Program 0 writes a round and signals; program 1 waits for the round and checks it.
+    offs = tl.arange(0, BLOCK)
+    for r in range(ROUNDS):
+        if tl.program_id(0) == 0:
+            iris.store(data + r * BLOCK + offs, (r * BLOCK + offs).to(tl.int32), 0, 0, heap_bases)
+            iris.signal(flag, r + 1, 0, 0, heap_bases)
+        else:
+            iris.wait_until(flag, "ge", r + 1, heap_bases=heap_bases, from_rank=0)
+            seen = iris.load(data + r * BLOCK + offs, 0, 0, heap_bases)
+            tl.device_assert(seen == r * BLOCK + offs, "a round's data arrived after its signal")
+
+
+def _signal_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        data = ctx.zeros(ROUNDS * BLOCK, dtype=torch.int32)
+        flag = ctx.zeros(1, dtype=torch.int32)
+        ctx.barrier()
+        _signal_kernel[(2,)](data, flag, ctx.get_heap_bases(), ROUNDS=ROUNDS, BLOCK=BLOCK)
+        ctx.barrier()
+        assert torch.equal(data.cpu(), torch.arange(ROUNDS * BLOCK, dtype=torch.int32))
+        assert flag.item() == ROUNDS
+
+
+@pytest.mark.parametrize("body", [_rma_body, _atomics_body, _signal_body], ids=["rma", "atomics", "signal"])
+def test_every_op_takes_the_cross_node_path_to_this_rank(body):
+    _pool().run(body)

@@ -7,6 +7,7 @@ process group): then there is no barrier and no rank to take the max over.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 
@@ -109,6 +110,18 @@ def all_ranks_agree(ok: bool) -> bool:
     return all(flags)
 
 
+#: Settings that change what a benchmark compiles or which path its ops take: kept in the command.
+_SETTINGS = (
+    "IRIS_RANKS_PER_NODE",
+    "IRIS_CROSS_NODE_ALWAYS",
+    "IRIS_RANKS_PER_GPU",
+    "IRIS_FLIGHT",
+    "IRIS_FLIGHT_ENTRIES",
+    "IRIS_DEBUG",
+    "IRIS_WAIT_TIMEOUT",
+)
+
+
 def write_report(report: dict, path: str | None, world_size: int | None) -> None:
     """Add the command, device and versions to ``report`` and write it as JSON (rank 0).
 
@@ -117,9 +130,10 @@ def write_report(report: dict, path: str | None, world_size: int | None) -> None
     if world_size is not None and dist.get_rank() != 0:
         return
     launcher = "python" if world_size is None else f"python -m iris.run -n {world_size}"
+    settings = "".join(f"{name}={os.environ[name]} " for name in _SETTINGS if os.environ.get(name))
     report.update(
         {
-            "command": f"{launcher} " + " ".join(sys.argv),
+            "command": f"{settings}{launcher} " + " ".join(sys.argv),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "emulated (CPU)",
             "torch": torch.__version__,
             "triton": triton.__version__,

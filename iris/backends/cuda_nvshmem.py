@@ -93,70 +93,93 @@ class NvshmemBackend(CudaBackend):
                 f"NVSHMEM, and torch finds none: {_INSTALL_HINT}"
             )
         self._symmetric_memory = symmetric_memory
-        self._bases: list[int] = []
-        self._skip = 0
+        self._heap: _NvshmemHeap | None = None
         _link_nvshmem_into_every_kernel(nvshmem_device_library(torch.cuda.get_device_capability()))
 
     def check_nodes(self, num_nodes: int) -> None:
         pass  # other nodes are reached through NVSHMEM
 
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
-        import torch.distributed as dist
-
         if self.shares_devices(config.local_world_size()):
             raise RuntimeError(
                 "iris: NVSHMEM does not run several ranks on one GPU (it needs MPS for that), so ranks "
                 "that share a GPU (IRIS_RANKS_PER_GPU) cannot take the cross-node path; give each rank a "
                 "GPU of its own"
             )
-        # NVSHMEM sizes its symmetric heap when it starts (at this first allocation).
-        os.environ.setdefault("NVSHMEM_SYMMETRIC_SIZE", str(nbytes + 2 * _PAGE + _NVSHMEM_SPARE_BYTES))
-        self._symmetric_memory.set_backend("NVSHMEM")
-        try:
-            raw = self._symmetric_memory.empty(nbytes + _PAGE, dtype=torch.uint8, device=device)
-        except RuntimeError as exc:
-            raise RuntimeError(
-                f"iris: NVSHMEM could not allocate a {nbytes}-byte heap ({exc}); NVSHMEM_SYMMETRIC_SIZE "
-                f"({os.environ['NVSHMEM_SYMMETRIC_SIZE']} bytes) must hold it"
-            ) from exc
-        # Page-aligned bases keep the translated pointers' alignment (iris.device.rma.translate).
-        # NVSHMEM places an allocation at the same offset of every PE's heap, so the skip is
-        # the same everywhere; map_peer checks it.
-        self._skip = (-raw.data_ptr()) % _PAGE
-        tensor = raw[self._skip : self._skip + nbytes]
-        world = dist.get_world_size() if dist.is_initialized() else 1
-        if world > 1:
-            # Peers NVSHMEM can map (this node's) get a pointer; the others 0.
-            handle = self._symmetric_memory.rendezvous(raw, dist.group.WORLD.group_name)
-            pointers = [int(p) for p in handle.buffer_ptrs]
-        else:
-            pointers = [raw.data_ptr()]  # PyTorch's rendezvous wants two ranks; one needs none
-        # A rank on another node has no pointer here: its entry is this rank's own base,
-        # the symmetric address NVSHMEM's calls take.
-        self._bases = [p + self._skip if p else tensor.data_ptr() for p in pointers]
-        rank = dist.get_rank() if dist.is_initialized() else 0
-        return Allocation(tensor=tensor, handle=(rank, self._skip), owner=raw)
+        # NVSHMEM frees memory collectively (every PE at once), which garbage collection
+        # cannot promise, so a heap's memory is never given back: a later heap reuses it.
+        # Every rank creates and closes its heaps at the same points, so every rank picks
+        # the same one.
+        heap = next((h for h in _HEAPS if not h.in_use and h.capacity >= nbytes and h.device == device), None)
+        if heap is None:
+            heap = _NvshmemHeap(self._symmetric_memory, nbytes, device)
+            _HEAPS.append(heap)
+        heap.in_use = True
+        self._heap = heap
+        tensor = heap.raw[heap.skip : heap.skip + nbytes]
+        return Allocation(tensor=tensor, handle=(heap.rank, heap.skip), owner=heap)
 
     def map_peer(self, handle, nbytes: int, device: torch.device):
         rank, skip = handle
-        if skip != self._skip:
+        if skip != self._heap.skip:
             raise RuntimeError(
                 f"iris: NVSHMEM placed rank {rank}'s heap {skip} bytes past a page, this rank's "
-                f"{self._skip}: the heap bases cannot be aligned alike"
+                f"{self._heap.skip}: the heap bases cannot be aligned alike"
             )
-        return self._bases[rank], None
+        return self._heap.bases[rank], None
 
     def unmap_peer(self, token) -> None:
         pass  # NVSHMEM owns the mappings
 
     def free(self, allocation: Allocation) -> None:
         torch.cuda.synchronize()
-        # PyTorch frees the NVSHMEM memory with the last reference to it.
+        allocation.owner.in_use = False  # kept for the next heap (see allocate)
 
     def complete_remote_writes(self) -> None:
         from ..device._crossnode_cuda import quiet_kernel
 
         quiet_kernel[(1,)]()
+
+
+class _NvshmemHeap:
+    """One NVSHMEM allocation that backs a symmetric heap, and every rank's base of it."""
+
+    def __init__(self, symmetric_memory, nbytes: int, device: torch.device):
+        import torch.distributed as dist
+
+        # NVSHMEM sizes its symmetric heap when it starts (at the first allocation).
+        os.environ.setdefault("NVSHMEM_SYMMETRIC_SIZE", str(nbytes + 2 * _PAGE + _NVSHMEM_SPARE_BYTES))
+        symmetric_memory.set_backend("NVSHMEM")
+        try:
+            self.raw = symmetric_memory.empty(nbytes + _PAGE, dtype=torch.uint8, device=device)
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"iris: NVSHMEM could not allocate a {nbytes}-byte heap ({exc}); NVSHMEM_SYMMETRIC_SIZE "
+                f"({os.environ['NVSHMEM_SYMMETRIC_SIZE']} bytes) must hold every heap of the process"
+            ) from exc
+        self.device = device
+        self.capacity = nbytes
+        self.in_use = False
+        # Page-aligned bases keep the translated pointers' alignment (iris.device.rma.translate).
+        # NVSHMEM places an allocation at the same offset of every PE's heap, so the skip is
+        # the same everywhere; map_peer checks it.
+        self.skip = (-self.raw.data_ptr()) % _PAGE
+        own = self.raw.data_ptr() + self.skip
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        if world > 1:
+            # Peers NVSHMEM can map (this node's) get a pointer; the others 0.
+            handle = symmetric_memory.rendezvous(self.raw, dist.group.WORLD.group_name)
+            pointers = [int(p) for p in handle.buffer_ptrs]
+        else:
+            pointers = [self.raw.data_ptr()]  # PyTorch's rendezvous wants two ranks; one needs none
+        # A rank on another node has no pointer here: its entry is this rank's own base,
+        # the symmetric address NVSHMEM's calls take.
+        self.bases = [p + self.skip if p else own for p in pointers]
+
+
+#: Every NVSHMEM heap this process allocated, for reuse (NvshmemBackend.allocate).
+_HEAPS: list[_NvshmemHeap] = []
 
 
 def _link_nvshmem_into_every_kernel(device_library: str) -> None:

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The cross-node path between real NVSHMEM PEs, on a machine with two GPUs or more (one rank
+# per GPU, every rank a "node" of its own): the RMA, atomics and sync suites, then the put/get
+# benchmark through mapped pointers and through NVSHMEM, one after the other.
+#
+#   OUT=out bash scripts/gpu_crossnode_pass.sh
+set -u
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD
+nvidia-smi -L
+python -c "import importlib.metadata as m; print('nvshmem', m.version('nvidia-nvshmem-cu13'))" 2>/dev/null
+IRIS_TEST_RANKS_PER_NODE=1 IRIS_TEST_WORLD_SIZES=2 IRIS_WAIT_TIMEOUT=60 timeout "${TEST_TIMEOUT:-300}" \
+  python -m pytest -q -n "${PYTEST_WORKERS:-4}" -p no:randomly -rfEs ${TESTS:-tests/test_rma.py tests/test_atomics.py tests/test_sync.py} \
+  > "$OUT/crossnode_tests.log" 2>&1
+echo "cross-node tests: rc $?"
+grep -v "^\[gw\|Warning\|warner" "$OUT/crossnode_tests.log" | tail -25
+for path in mapped nvshmem; do
+  per_node=$([ "$path" = nvshmem ] && echo 1 || echo "")
+  IRIS_RANKS_PER_NODE=$per_node timeout 150 python -m iris.run -n 2 benchmarks/put_get_bandwidth.py \
+    --max-mib "${MAX_MIB:-64}" --out "$OUT/put_get_${path}.json" > "$OUT/put_get_${path}.log" 2>&1
+  echo "put/get through $path: rc $?"
+  tail -12 "$OUT/put_get_${path}.log"
+done

@@ -287,6 +287,15 @@ def test_auto_fuses_only_large_multi_rank_problems():
     assert choose_variant(cfg, 1024, 512, 4096, 4, 132) == "unfused"
     assert choose_variant(cfg, 8192, 2048, 8192, 4, 132) == "fused"
     assert choose_variant(cfg, 8192, 2048, 8192, 1, 132) == "unfused"
+    # GEMM + all-scatter to one peer pushes from the computing programs, or for deep GEMMs
+    # with several tiles per SM lets the copy engines push (not across nodes)
+    assert choose_variant(cfg, 4096, 7168, 4096, 2, 132, "matmul_all_gather") == "fused_sequential"
+    assert choose_variant(cfg, 1024, 4096, 8192, 2, 132, "matmul_all_gather") == "fused_sequential"
+    assert choose_variant(cfg, 4096, 4096, 8192, 2, 132, "matmul_all_gather") == "copy_engine"
+    deep = (cfg, 4096, 4096, 8192, 2, 132, "matmul_all_gather")
+    assert choose_variant(*deep, spans_nodes=True) == "fused_sequential"
+    assert choose_variant(cfg, 4096, 4096, 8192, 2, 132, "matmul_all_reduce") == "fused"
+    assert choose_variant(cfg, 4096, 2048, 8192, 4, 132, "matmul_all_gather") == "fused"
     assert choose_variant(cfg, 8, 8, 8, 2, 8, interpreted=True) == "fused"
     assert choose_variant(cfg.replace(variant="unfused"), 8192, 8192, 8192, 4, 132) == "unfused"
 

@@ -37,6 +37,20 @@ GATHER_MIN_TILES_PER_SM = 8.0
 #: per rank: measured on 4 x H200 at 2^27 and more (M = 16384) it beat the fused kernel
 #: by 15-22%; at 2^26 and less a fixed cost of about 0.4 ms per call made it lose.
 COPY_ENGINE_MIN_ELEMENTS = 1 << 27
+#: ``matmul_all_gather`` (GEMM + all-scatter) for at most this many peers does not give SMs
+#: to communication (``workgroup_specialized``): with one peer a tile's push is short next
+#: to its GEMM, and every SM computing wins. It pushes each tile from the program that
+#: computed it (``fused_sequential``), or, for deep GEMMs with several tiles per SM, lets
+#: cuBLAS keep every SM while the copy engines move finished blocks (``copy_engine``, from
+#: :data:`SCATTER_COPY_MIN_K` and :data:`SCATTER_COPY_MIN_TILES_PER_SM`). Measured on
+#: 2 x H200 at the six shapes of benchmarks/fused_ops.py in three runs: fused_sequential
+#: beat workgroup_specialized at every shape, by 5-24%, and the copy engines beat
+#: fused_sequential by 5-8% at K = 8192 from 7.8 tiles per SM, lost by 5% at K = 4096 and
+#: by 35% at 1.9 tiles per SM (benchmarks/results/fused_ops_h200x2*.json, docs/fused.md).
+#: On 4 x H200 (three peers) workgroup_specialized wins by 10-35% at M >= 4096.
+SEQUENTIAL_SCATTER_MAX_PEERS = 1
+SCATTER_COPY_MIN_K = 8192
+SCATTER_COPY_MIN_TILES_PER_SM = 4.0
 
 
 @dataclass(frozen=True)
@@ -301,7 +315,8 @@ def choose_variant(
     fused kernels are what CI checks).
     On GPUs it fuses when there is communication to hide (more than one rank) and
     enough work to hide it behind (see :data:`MIN_TILES_PER_SM`, :data:`MIN_K`;
-    ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM`); a large
+    ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM`), GEMM + all-scatter with one
+    peer as ``fused_sequential`` or ``copy_engine`` (:data:`SEQUENTIAL_SCATTER_MAX_PEERS`); a large
     ``matmul_reduce_scatter`` uses the copy engines (:data:`COPY_ENGINE_MIN_ELEMENTS`),
     except in jobs that span nodes (``spans_nodes``): copy engines reach only this node's GPUs.
     ``rows`` and ``cols`` are the per-rank GEMM's output (``op`` names the ``ctx.ops`` method).
@@ -320,4 +335,9 @@ def choose_variant(
         return COPY_ENGINE
     tiles = _tile_count(rows, cols, 128, 128)
     per_sm = GATHER_MIN_TILES_PER_SM if op == "all_gather_matmul" else MIN_TILES_PER_SM
-    return "fused" if tiles >= per_sm * num_sms else "unfused"
+    if tiles < per_sm * num_sms:
+        return "unfused"
+    if op == "matmul_all_gather" and world_size - 1 <= SEQUENTIAL_SCATTER_MAX_PEERS:
+        deep = k >= SCATTER_COPY_MIN_K and tiles >= SCATTER_COPY_MIN_TILES_PER_SM * num_sms
+        return COPY_ENGINE if deep and not spans_nodes else "fused_sequential"
+    return "fused"

@@ -48,7 +48,7 @@ KERNELS = [
             "words": "*i32",
             "block_f32": "*fp32",
             "block_i32": "*i32",
-            "out": "*i32",
+            "out": "*i64",
             "heap_bases": "*i64",
         },
         {"ROUNDS": 8, "BLOCK": 16, "LIVE": 11},

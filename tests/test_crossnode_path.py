@@ -131,19 +131,8 @@ def _atomics_body(rank, world_size):
         block_i32 = ctx.full((BLOCK,), 5, dtype=torch.int32)
         out = ctx.full((3,), -1, dtype=torch.int64)
         ctx.barrier()
-        heap_bases = ctx.get_heap_bases()
-        _atomics_kernel[(CTAS,)](
-            counts,
-            floats,
-            words,
-            block_f32,
-            block_i32,
-            out,
-            heap_bases,
-            ROUNDS=ROUNDS,
-            BLOCK=BLOCK,
-            LIVE=LIVE,
-        )
+        tensors = (counts, floats, words, block_f32, block_i32, out)
+        _atomics_kernel[(CTAS,)](*tensors, ctx.get_heap_bases(), ROUNDS=ROUNDS, BLOCK=BLOCK, LIVE=LIVE)
         ctx.barrier()
         calls = CTAS * ROUNDS
         expected_counts = [calls, 3 * calls, (CTAS - 1) * 10 + 5, 9]

@@ -62,6 +62,30 @@ def test_the_setting_must_be_there_before_import():
     assert "before importing iris" in result.stderr
 
 
+def test_a_gpu_job_across_nodes_without_nvshmem_says_what_to_install(monkeypatch):
+    import torch.distributed._symmetric_memory as symmetric_memory
+
+    from iris.backends.cuda_nvshmem import NvshmemBackend
+
+    monkeypatch.setattr(symmetric_memory, "is_nvshmem_available", lambda: False)
+    with pytest.raises(RuntimeError, match="pip install nvidia-nvshmem-cu13"):
+        NvshmemBackend()
+
+
+def test_the_nvshmem_device_library_is_found_or_its_setting_named(monkeypatch, tmp_path):
+    from torch.distributed._symmetric_memory._nvshmem_triton import NvshmemLibFinder
+
+    from iris.backends.cuda_nvshmem import nvshmem_device_library
+
+    monkeypatch.setattr(NvshmemLibFinder, "found_device_lib_path", None)
+    monkeypatch.setenv("NVSHMEM_LIB_DIR", str(tmp_path))
+    with pytest.raises(RuntimeError, match="NVSHMEM_LIB_DIR"):
+        nvshmem_device_library((9, 0))
+    # Newer NVSHMEM wheels ship one bitcode per architecture.
+    (tmp_path / "libnvshmem_device_sm_90.bc").write_bytes(b"")
+    assert nvshmem_device_library((9, 0)) == str(tmp_path / "libnvshmem_device_sm_90.bc")
+
+
 def test_backends_without_a_cross_node_path_say_so():
     Backend.check_nodes(SimpleNamespace(name="cuda"), 1)
     with pytest.raises(RuntimeError, match="cannot reach ranks on other nodes"):

@@ -302,6 +302,29 @@ def copy(
 
 
 @triton.jit
+def _recorded(
+    heap_bases,
+    start,
+    event: tl.constexpr,
+    sub: tl.constexpr,
+    to_rank,
+    pointer,
+    mask,
+    traced,
+    value,
+    compare,
+    pid_m,
+    pid_n,
+    path,
+):
+    # The one instrumentation hook of an op that synchronises (atomics, signal): its
+    # trace record, which keeps ``traced``, then its flight-recorder entry, which keeps
+    # ``value`` and ``compare`` so a hang report can say what was sent.
+    tracing.end(heap_bases, start, event, to_rank, pointer, mask, traced, pid_m, pid_n, path=path)
+    flight.record(heap_bases, event, sub, to_rank, pointer, value, compare, start, mask)
+
+
+@triton.jit
 def _atomic_rmw(
     op: tl.constexpr,
     event: tl.constexpr,
@@ -331,8 +354,7 @@ def _atomic_rmw(
     else:
         remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.atomic_" + op, hint)
         old = atomic_ops.apply(op, remote, val, mask, sem, scope)
-    tracing.end(heap_bases, start, event, to_rank, pointer, mask, 0, pid_m, pid_n, path=path)
-    flight.record(heap_bases, event, 0, to_rank, pointer, val, 0, start, mask)
+    _recorded(heap_bases, start, event, 0, to_rank, pointer, mask, 0, val, 0, pid_m, pid_n, path)
     return old
 
 
@@ -653,8 +675,9 @@ def atomic_cas(
     else:
         remote = translate(pointer, from_rank, to_rank, heap_bases, None, "iris.atomic_cas", hint)
         old = tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
-    tracing.end(heap_bases, start, tracing.ATOMIC_CAS, to_rank, pointer, None, val, pid_m, pid_n, path=path)
-    flight.record(heap_bases, tracing.ATOMIC_CAS, 0, to_rank, pointer, val, cmp, start)
+    _recorded(
+        heap_bases, start, tracing.ATOMIC_CAS, 0, to_rank, pointer, None, val, val, cmp, pid_m, pid_n, path
+    )
     return old
 
 
@@ -717,8 +740,10 @@ def signal(
             tl.atomic_xchg(remote, value, sem=sem, scope=scope)
         else:
             tl.atomic_add(remote, value, sem=sem, scope=scope)
-    tracing.end(heap_bases, start, tracing.SIGNAL, to_rank, pointer, None, value, pid_m, pid_n, path=path)
-    flight.record(heap_bases, tracing.SIGNAL, flight.signal_sub(op), to_rank, pointer, value, 0, start)
+    sub: tl.constexpr = flight.signal_sub(op)
+    _recorded(
+        heap_bases, start, tracing.SIGNAL, sub, to_rank, pointer, None, value, value, 0, pid_m, pid_n, path
+    )
 
 
 @triton.jit

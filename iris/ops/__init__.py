@@ -54,6 +54,7 @@ from .config import (
     FusedConfig,
     choose_variant,
     default_config,
+    gemm_launch_options,
     last_wave_split,
     split_sm_registers,
 )
@@ -224,7 +225,7 @@ class Ops:
         heap_bases = ctx.get_heap_bases()
         tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
         entry, epoch = self._flags("entry", world), self._epoch_counter()
-        gemm = _gemm_options(cfg, K)
+        gemm = gemm_launch_options(cfg, K)
         steps = [lambda: epoch.add_(1)]
         if variant in ("unfused", "bulk_synchronous"):
             if variant == "unfused":
@@ -301,7 +302,7 @@ class Ops:
             all_gather_matmul_kernel, (num_sms,),
             (a_shard, gathered, B, out, flags, epoch, M, N, K, *a_shard.stride(), *B.stride(),
              *out.stride(), rank, world, ctx.get_heap_bases(), comm, parts),
-            dict(COMM_K=cfg.block_k, **_gemm_options(cfg, K)),
+            dict(COMM_K=cfg.block_k, **gemm_launch_options(cfg, K)),
         ))  # fmt: skip
         if not async_op:
             steps.append(ctx.device_barrier)
@@ -337,7 +338,7 @@ class Ops:
             gemm_reduce_kernel, (num_sms,),
             (A, B, partial, out, counters, M, N, K, *A.stride(), *B.stride(), *partial.stride(),
              *out.stride(), rank, world, ctx.get_heap_bases(), num_sms - comm),
-            dict(COMM_ROWS=cfg.comm_rows, SCATTER=scatter, **_gemm_options(cfg, K)),
+            dict(COMM_ROWS=cfg.comm_rows, SCATTER=scatter, **gemm_launch_options(cfg, K)),
         )]  # fmt: skip
         if not async_op:
             steps.append(ctx.device_barrier)
@@ -461,10 +462,3 @@ def _check_out(name, out, shape, A, ctx, symmetric: bool):
         )
     if A.device != out.device:
         raise ValueError(f"iris.ops.{name}: A is on {A.device} but out is on {out.device}")
-
-
-def _gemm_options(cfg, K) -> dict:
-    return dict(
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
-        EVEN_K=K % cfg.block_k == 0, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )  # fmt: skip

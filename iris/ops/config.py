@@ -283,6 +283,29 @@ def gemm_config(rows: int, cols: int, k: int, num_sms: int) -> FusedConfig:
     return narrow if narrow_cost < 2 * waves(wide) else wide
 
 
+def gemm_launch_options(config: FusedConfig, k: int | None = None) -> dict:
+    """The tile GEMM's launch options from ``config``: block sizes, grouping, warps, stages.
+
+    With the reduction depth ``k`` also ``EVEN_K`` (no masked last K step), which the
+    pointer-load kernels take and the tensor-descriptor kernel does not.
+
+    Example:
+        >>> gemm_launch_options(FusedConfig(), 4096)["EVEN_K"]
+        True
+    """
+    options = dict(
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        GROUP_M=config.group_m,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
+    if k is not None:
+        options["EVEN_K"] = k % config.block_k == 0
+    return options
+
+
 def flatten_tile_loop(config: FusedConfig) -> bool:
     """Whether :func:`iris.ops.gemm.matmul_kernel` runs with ``FLATTEN`` (one pipelined tile and K loop).
 

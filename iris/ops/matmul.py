@@ -16,7 +16,7 @@ import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..prepared import PreparedLaunch
-from .config import FusedConfig, flatten_tile_loop
+from .config import FusedConfig, flatten_tile_loop, gemm_launch_options
 from .gemm import matmul_kernel, matmul_tma_kernel
 
 #: Tensor descriptors address rows of 16-byte multiples from 16-byte aligned bases.
@@ -76,15 +76,7 @@ def matmul_launch(
     N = B.shape[1]
     tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
     grid = (max(1, min(num_sms, tiles)),)
-    options = dict(
-        BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n,
-        BLOCK_K=config.block_k,
-        GROUP_M=config.group_m,
-        FLATTEN=flatten_tile_loop(config),
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-    )
+    options = dict(gemm_launch_options(config), FLATTEN=flatten_tile_loop(config))
     usable = (
         A.element_size() == 2
         and all(tma_compatible(t) for t in (A, B, C))

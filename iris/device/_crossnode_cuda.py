@@ -22,14 +22,23 @@ operations do; the device ops of :mod:`iris.device.rma` call them that way.
 import triton
 import triton.language as tl
 from triton.language import core
+from triton.runtime.jit import constexpr_function
 
-# Operation codes of ``iris_xn_amo32`` / ``iris_xn_amo64`` (``_nvshmem_calls.ll``).
-_FETCH_ADD: tl.constexpr = tl.constexpr(0)
-_SWAP: tl.constexpr = tl.constexpr(1)
-_FETCH_AND: tl.constexpr = tl.constexpr(2)
-_FETCH_OR: tl.constexpr = tl.constexpr(3)
-_FETCH_XOR: tl.constexpr = tl.constexpr(4)
-_COMPARE_SWAP: tl.constexpr = tl.constexpr(5)
+#: Operation codes of ``iris_xn_amo32`` / ``iris_xn_amo64`` (``_nvshmem_calls.ll``), by the
+#: name ``iris.device.atomic_ops`` gives the op; the native integer ops, and the two every
+#: type has (swap, compare-and-swap).
+_AMO_CODES = {"add": 0, "xchg": 1, "and": 2, "or": 3, "xor": 4, "cas": 5}
+
+
+@constexpr_function
+def _amo_code(op):
+    return _AMO_CODES[str(op)]
+
+
+@constexpr_function
+def _native(op, dtype):
+    # NVSHMEM has swap and compare-and-swap for every word, and add/and/or/xor on integers.
+    return str(op) in ("xchg", "cas") or (str(op) in _AMO_CODES and dtype.is_int())
 
 _I32 = core.dtype("int32")
 _I64 = core.dtype("int64")
@@ -123,31 +132,16 @@ def _combine(op: tl.constexpr, current, value):
 def _one_atomic(op: tl.constexpr, address, value, compare, pe):
     # One element at ``address`` on PE ``pe``; every thread gets the old value.
     word = _as_word(value)
-    NATIVE_INT: tl.constexpr = value.dtype.is_int() and (
-        op == "add" or op == "and" or op == "or" or op == "xor"
-    )
-    if op == "cas":
-        old = _amo_word(_COMPARE_SWAP, address, word, _as_word(compare), pe)
-    elif op == "xchg":
-        old = _amo_word(_SWAP, address, word, word, pe)
-    elif NATIVE_INT:
-        if op == "add":
-            code: tl.constexpr = _FETCH_ADD
-        elif op == "and":
-            code: tl.constexpr = _FETCH_AND
-        elif op == "or":
-            code: tl.constexpr = _FETCH_OR
-        else:
-            code: tl.constexpr = _FETCH_XOR
-        old = _amo_word(code, address, word, word, pe)
+    if _native(op, value.dtype):
+        old = _amo_word(_amo_code(op), address, word, _as_word(compare), pe)
     else:
         tl.static_assert(op == "add" or op == "min" or op == "max", "cross-node atomic: unknown op " + op)
         # NVSHMEM has no float add and no min/max: compare-and-swap until no other
         # writer came between the read and the swap. Reading is a fetch-or of 0.
         zero = word ^ word
-        current = _amo_word(_FETCH_OR, address, zero, zero, pe)
+        current = _amo_word(_amo_code("or"), address, zero, zero, pe)
         seen = _amo_word(
-            _COMPARE_SWAP,
+            _amo_code("cas"),
             address,
             _as_word(_combine(op, current.to(value.dtype, bitcast=True), value)),
             current,
@@ -156,7 +150,7 @@ def _one_atomic(op: tl.constexpr, address, value, compare, pe):
         while seen != current:
             current = seen
             desired = _as_word(_combine(op, current.to(value.dtype, bitcast=True), value))
-            seen = _amo_word(_COMPARE_SWAP, address, desired, current, pe)
+            seen = _amo_word(_amo_code("cas"), address, desired, current, pe)
         old = current
     return old.to(value.dtype, bitcast=True)
 

@@ -40,6 +40,7 @@ def _native(op, dtype):
     # NVSHMEM has swap and compare-and-swap for every word, and add/and/or/xor on integers.
     return str(op) in ("xchg", "cas") or (str(op) in _AMO_CODES and dtype.is_int())
 
+
 _I32 = core.dtype("int32")
 _I64 = core.dtype("int64")
 _WORDS = [core.dtype(f"uint{bits}") for bits in (8, 16, 32, 64)]

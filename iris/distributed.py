@@ -109,7 +109,7 @@ def _who_is_behind(rank: int, world_size: int, arrived: int, what: str) -> str:
         store = dist.distributed_c10d._get_default_store()
         counts = [store.add(_arrival_key(r), 0) for r in range(world_size)]
     except Exception:  # noqa: BLE001
-        return "the rendezvous store (hosted by rank 0) is unreachable: rank 0 is gone"
+        return "the rendezvous store is unreachable: the process hosting it (the launcher, or rank 0) is gone"
     behind = [r for r, count in enumerate(counts) if count < arrived]
     if not behind:
         return f"every rank reached this host {what} (call {arrived}); a rank failed inside it"
@@ -153,7 +153,7 @@ EXIT_GRACE_SECONDS = 10.0
 def _destroy_default_group() -> None:
     """Tear the process groups down at exit, rank 0 last, and free them while Python is alive.
 
-    Rank 0 hosts the rendezvous store (TCPStore). Left to chance, it may exit while a
+    Rank 0 may host the rendezvous store (TCPStore). Left to chance, it may exit while a
     peer's process group is still being destroyed and talking to that store, which
     fails in the peer's background threads at exit. So every other rank destroys its
     group first and then says so in the store; rank 0 waits for that (at most

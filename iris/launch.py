@@ -8,21 +8,33 @@ with the rendezvous variables torchrun would set, so ``iris.iris()`` inside
 from __future__ import annotations
 
 import os
-import socket
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def host_rendezvous_store() -> dist.TCPStore:
+    """Host the ranks' rendezvous store in this (launching) process, on a port the OS picks.
+
+    The launcher owns the store and every rank joins it as a client, as under torchrun,
+    whose agent does the same. The alternative, picking a free port here and letting
+    rank 0 bind it later, races: between the two, any process on the machine may take
+    that port (an outgoing connection's ephemeral port is enough), and rank 0 then fails
+    with EADDRINUSE. Keep the returned store alive until the ranks have exited.
+
+    Example:
+        >>> store = host_rendezvous_store()
+        >>> env = rank_environment(0, 2, store.port)
+    """
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 
 
 def rank_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
-    """The environment variables that tell rank ``rank`` how to rendezvous."""
+    """The environment variables that tell rank ``rank`` to join the store on ``port``.
+
+    ``port`` is that of a store from :func:`host_rendezvous_store`; the ranks join it as
+    clients (``TORCHELASTIC_USE_AGENT_STORE``, torch's switch for a launcher-hosted store).
+    """
     return {
         "RANK": str(rank),
         "LOCAL_RANK": str(rank),
@@ -30,6 +42,7 @@ def rank_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
         "LOCAL_WORLD_SIZE": str(world_size),
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
     }
 
 
@@ -68,7 +81,10 @@ def spawn(fn, nprocs: int, args: tuple = (), join: bool = True):
     """
     if nprocs < 1:
         raise ValueError(f"iris.spawn: nprocs must be at least 1, got {nprocs}")
-    port = free_port()
-    return mp.start_processes(
-        _run_rank, args=(fn, nprocs, port, tuple(args)), nprocs=nprocs, join=join, start_method="spawn"
+    store = host_rendezvous_store()
+    context = mp.start_processes(
+        _run_rank, args=(fn, nprocs, store.port, tuple(args)), nprocs=nprocs, join=join, start_method="spawn"
     )
+    if context is not None:
+        context.rendezvous_store = store  # the ranks' store lives as long as the caller joins them
+    return context

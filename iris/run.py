@@ -14,15 +14,15 @@ import subprocess
 import sys
 import time
 
-from .launch import backend_environment, free_port, rank_environment
+from .launch import backend_environment, host_rendezvous_store, rank_environment
 
 
 def launch(script: str, script_args: list[str], nprocs: int, timeout: float | None) -> int:
     """Start ``nprocs`` copies of ``script`` and return the first non-zero exit code (or 0)."""
-    port = free_port()
+    store = host_rendezvous_store()  # lives until every rank has exited
     procs = []
     for rank in range(nprocs):
-        env = {**os.environ, **backend_environment(), **rank_environment(rank, nprocs, port)}
+        env = {**os.environ, **backend_environment(), **rank_environment(rank, nprocs, store.port)}
         procs.append(subprocess.Popen([sys.executable, script, *script_args], env=env))
     # A launcher killed by ``timeout`` or Ctrl-C must not leave its ranks running.
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -53,10 +53,11 @@ class RankPool:
     def __init__(self, world_size: int, extra_env: dict | None = None):
         self.world_size = world_size
         self.extra_env = dict(extra_env or {})
-        from iris.launch import free_port, rank_environment
+        from iris.launch import host_rendezvous_store, rank_environment
 
         context = mp.get_context("spawn")
-        port = free_port()
+        self._store = host_rendezvous_store()  # the ranks' rendezvous; a restarted pool gets a fresh one
+        port = self._store.port
         self._conns = []
         self._procs = []
         for rank in range(world_size):
@@ -81,16 +82,20 @@ class RankPool:
         if not self.alive:
             raise RuntimeError("rank pool is dead")
         task = (function.__module__, function.__name__, args)
-        for conn in self._conns:
-            conn.send(task)
+        for rank, conn in enumerate(self._conns):
+            try:
+                conn.send(task)
+            except OSError:  # the rank is gone (it may have failed to start): restart the pool next time
+                self.close(kill=True)
+                raise RankError(f"rank {rank} is dead; {function.__name__} was not run") from None
         results, errors = [], []
         for rank, conn in enumerate(self._conns):
-            if not conn.poll(timeout):
-                self.close(kill=True)
-                raise TimeoutError(f"rank {rank} did not finish {function.__name__} within {timeout:g} s")
             try:
+                if not conn.poll(timeout):
+                    self.close(kill=True)
+                    raise TimeoutError(f"rank {rank} did not finish {function.__name__} within {timeout:g} s")
                 status, value = conn.recv()
-            except EOFError:
+            except (EOFError, OSError):
                 self.close(kill=True)
                 raise RankError(f"rank {rank} died while running {function.__name__}") from None
             if status == "ok":

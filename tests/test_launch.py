@@ -123,6 +123,28 @@ def test_spawn_raises_the_failing_ranks_error():
         iris.spawn(_raise_on_last_rank, nprocs=2, args=(2,))
 
 
+def _join_the_group_and_sign_in(rank):
+    import torch.distributed as dist
+
+    from iris.distributed import init_distributed
+
+    init_distributed("gloo")
+    store = dist.distributed_c10d._get_default_store()
+    while hasattr(store, "underlying_store"):  # past the process group's key prefixes
+        store = store.underlying_store
+    store.set(f"signed_in/{rank}", store.get("launcher/nonce"))
+
+
+def test_ranks_rendezvous_on_the_store_the_launcher_hosts():
+    # No rank binds a port of its own, so none can lose a race for it (EADDRINUSE).
+    context = iris.spawn(_join_the_group_and_sign_in, nprocs=2, join=False)
+    context.rendezvous_store.set("launcher/nonce", "5813")
+    while not context.join():
+        pass
+    signed_in = [context.rendezvous_store.get(f"signed_in/{rank}") for rank in range(2)]
+    assert signed_in == [b"5813", b"5813"]
+
+
 FIRST_KERNEL = """
 import torch, triton, triton.language as tl
 import iris

@@ -6,7 +6,9 @@ keeps 16-byte vector accesses and which scope the atomics and flag reads use.
     IRIS_BACKEND=cuda python scripts/inspect_ptx.py
     IRIS_BACKEND=cuda python scripts/inspect_ptx.py --dump /tmp/ptx   (also each kernel's instructions)
 
-The last lines name kernels with CTA barriers inside loops of more than one entry
+``tracing_switch_reads`` counts a traced loop of puts' reads of tracing's run-time
+switch, and how many of them sit inside the loop (0: read once per kernel). The last
+lines name kernels with CTA barriers inside loops of more than one entry
 (:func:`barriers_in_multi_entry_loops`) and wait kernels with CTA barriers inside
 their spin loops (:func:`barriers_in_loops`); both should read ``{}``.
 
@@ -24,7 +26,12 @@ os.environ.setdefault("IRIS_BACKEND", "cuda")
 
 import triton
 import triton.language as tl
-from ptx_flow import barriers_in_loops, barriers_in_multi_entry_loops, print_barrier_hazards
+from ptx_flow import (
+    barriers_in_loops,
+    barriers_in_multi_entry_loops,
+    instructions_in_loops,
+    print_barrier_hazards,
+)
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -36,6 +43,14 @@ def put_kernel(src, dst, n, cur_rank, peer, heap_bases, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     iris.put(src + offsets, dst + offsets, cur_rank, peer, heap_bases, mask=mask)
+
+
+@triton.jit
+def put_ring_kernel(src, dst, n, cur_rank, peer, heap_bases, BLOCK: tl.constexpr):
+    # Many puts per program: tracing's run-time switch should be read once, before the loop.
+    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+        offsets = start + tl.arange(0, BLOCK)
+        iris.put(src + offsets, dst + offsets, cur_rank, peer, heap_bases, mask=offsets < n)
 
 
 @triton.jit
@@ -142,6 +157,7 @@ PUT_SIGNATURE = {
 KERNELS = {
     "put_reference": (put_reference_kernel, PUT_SIGNATURE, {"BLOCK": 4096}),
     "put_traced": (put_kernel, {**PUT_SIGNATURE, "heap_bases": "*i64"}, {"BLOCK": 4096}),
+    "put_ring_traced": (put_ring_kernel, {**PUT_SIGNATURE, "heap_bases": "*i64"}, {"BLOCK": 4096}),
     "put": (
         put_kernel,
         {"src": "*fp32", "dst": "*fp32", "n": "i32", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"},
@@ -235,5 +251,8 @@ if __name__ == "__main__":
                 file.write("\n".join(instructions(ptx)) + "\n")
     same = instructions(compile_ptx("put")) == instructions(compile_ptx("put_reference"))
     print("untraced_put_equals_reference", same)
+    ring = compile_ptx("put_ring_traced")
+    in_loops = instructions_in_loops(ring, "ld.global.nc")
+    print("tracing_switch_reads", ring.count("ld.global.nc"), "in_loops", in_loops)
     print_barrier_hazards(hazards)
     print("barriers_in_wait_loops", {name: count for name, count in spin_hazards.items() if count})

@@ -114,9 +114,18 @@ def barriers_in_loops(ptx: str) -> int:
     have left. Loops with a fixed trip count (a GEMM's K loop) may hold barriers:
     apply this to kernels whose only loops are spin loops.
     """
+    return instructions_in_loops(ptx, "bar.sync")
+
+
+def instructions_in_loops(ptx: str, prefix: str) -> int:
+    """Instructions starting with ``prefix`` inside any loop of the kernel.
+
+    Example:
+        >>> instructions_in_loops(ptx, "ld.global.nc")  # 0: hoisted out of every loop
+    """
     order, code, successors = _control_flow(ptx)
     in_loop = [block for block in order if block in _closure(successors[block], successors)]
-    return sum(line.startswith("bar.sync") for block in in_loop for line in code[block])
+    return sum(line.startswith(prefix) for block in in_loop for line in code[block])
 
 
 def print_barrier_hazards(counts: dict[str, int]) -> None:

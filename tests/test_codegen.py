@@ -121,6 +121,13 @@ def test_traced_variant_reads_the_timer_and_sm(ptx_report):
     assert "atom.global.gpu.relaxed.add" in traced  # per-SM slot claim, not a system-wide atomic
 
 
+def test_the_tracing_switch_is_read_once_before_a_loop_of_traced_ops(ptx_report):
+    # A plain load of the switch after every op's stores cost the all-scatter ~2 L2 round
+    # trips per tile and peer; the switch is read through the invariant path, hoisted.
+    reads, in_loops = re.fullmatch(r"(\d+) in_loops (\d+)", ptx_report["tracing_switch_reads"]).groups()
+    assert int(reads) >= 1 and int(in_loops) == 0, ptx_report["tracing_switch_reads"]
+
+
 @pytest.mark.skipif(
     not os.environ.get("NVSHMEM_LIB_DIR"), reason="NVSHMEM's device bitcode is not here (NVSHMEM_LIB_DIR)"
 )

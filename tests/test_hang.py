@@ -206,13 +206,20 @@ def _flight_body(rank, world_size):
         assert (entries["cur_rank"] == rank).all()
         assert not ctx.hang.recorder.state().pending
         ctx.tracing.enable(max_events=64 * ctx.get_cu_count())
+        traced_bases = ctx.get_heap_bases()
         ctx.barrier()
-        sync_ops_kernel[(1,)](buf, flag, rank, world_size, ctx.get_heap_bases())
+        sync_ops_kernel[(1,)](buf, flag, rank, world_size, traced_bases)
         ctx.barrier()
         # Traced too: data ops go to the trace, not the ring.
         traced = _kinds(ctx)[len(names) :]
         assert traced[:3] == ["atomic_add", "atomic_cas", "signal"], traced
         ctx.tracing.disable()
+        # The traced variant with tracing off reads no clock for the trace; the ring's
+        # entries still carry real times.
+        sync_ops_kernel[(1,)](buf, flag, rank, world_size, traced_bases)
+        ctx.barrier()
+        entries = ctx.hang.recorder.state().entries
+        assert len(entries) >= 9 and (entries["time_ns"] > 0).all(), entries["time_ns"]
         report = ctx.hang.report()
         assert report.culprit()[0] is None and "last sent" in report.format()
 

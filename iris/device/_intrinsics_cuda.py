@@ -39,6 +39,20 @@ def load_acquire(pointer, scope: tl.constexpr):
 
 
 @triton.jit
+def load_invariant(pointer):
+    """Read a 64-bit word that nothing writes while the kernel runs (int64).
+
+    Marked pure, so the compiler may read it once and reuse it across loops and ops
+    (a plain load cannot move past the kernel's own stores, which might alias it).
+    Through the read-only data path (``ld.global.nc``), whose cache starts every
+    launch afresh, so a word the host changes between launches is seen changed.
+    """
+    return tl.inline_asm_elementwise(
+        "ld.global.nc.b64 $0, [$1];", "=l,l", [pointer.to(tl.int64)], dtype=tl.int64, is_pure=True, pack=1
+    )
+
+
+@triton.jit
 def spin_start():
     """Marks the start of a spin-wait (used by the emulator's timeout)."""
     return 0

@@ -46,6 +46,11 @@ def load_acquire(pointer, scope):
     return tl.load(pointer, volatile=True)
 
 
+def load_invariant(pointer):
+    # A word no one writes during a launch: an ordinary read.
+    return tl.load(pointer).to(tl.int64, bitcast=True)
+
+
 def progress():
     # A rank that spins lets its cross-node puts land, as NVSHMEM delivers them eventually.
     RemoteWrites.complete()

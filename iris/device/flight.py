@@ -201,13 +201,15 @@ def record(
         slots = layout.flight_slots(heap_bases)
         ring = _word(slots, SLOT_RING)
         if ring != 0:
-            # Traced kernels already read the clock for this op: reuse it (no extra timer read).
+            # Traced kernels, while enabled, already read the clock for this op: reuse it.
             if use_stamp:
                 when = tl.cast(stamp, tl.int64)
             elif fresh:
                 when = hw.timer_ns()
             elif tracing.compiled_in(heap_bases.dtype):
                 when = tl.cast(stamp, tl.int64)
+                if when < 0:  # tracing disabled: the op read no clock
+                    when = hw.timer_ns()
             else:
                 when = hw.timer_ns()
             cur_rank = layout.cur_rank(heap_bases)

@@ -31,6 +31,7 @@ import triton.language as tl
 from iris_trace import schema
 
 from ..config import CROSS_NODE_ALWAYS as _CROSS_NODE_ALWAYS
+from . import intrinsics as hw
 
 #: Slots before the heap bases: this rank, then the world size.
 RANK_SLOT = 0
@@ -46,6 +47,7 @@ _HEADER: tl.constexpr = tl.constexpr(HEADER_SLOTS)
 _RANK_BACK: tl.constexpr = tl.constexpr(HEADER_SLOTS - RANK_SLOT)
 _WORLD_SIZE_BACK: tl.constexpr = tl.constexpr(HEADER_SLOTS - WORLD_SIZE_SLOT)
 _TRACING_SLOTS: tl.constexpr = tl.constexpr(TRACING_SLOTS)
+_SLOT_ENABLED: tl.constexpr = tl.constexpr(schema.SLOT_ENABLED)
 _FLIGHT_SLOTS: tl.constexpr = tl.constexpr(FLIGHT_SLOTS)
 CROSS_NODE_ALWAYS: tl.constexpr = tl.constexpr(_CROSS_NODE_ALWAYS)
 
@@ -181,7 +183,29 @@ def tracing_slots(heap_bases):
     Example:
         >>> on = tl.load(layout.tracing_slots(heap_bases) + schema.SLOT_ENABLED) != 0
     """
-    return heap_bases + world_size(heap_bases) + 1
+    return _tracing_slots_after(heap_bases, world_size(heap_bases))
+
+
+@triton.jit
+def _tracing_slots_after(heap_bases, size):
+    return heap_bases + size + 1  # past the heap bases and the heap size
+
+
+@triton.jit
+def tracing_switch(heap_bases):
+    """The tracing slots' run-time switch (``schema.SLOT_ENABLED``), read as a constant of the kernel.
+
+    The host sets it only between launches, so both reads (the world size, then the
+    switch) are invariant loads (``intrinsics.load_invariant``) that the compiler may
+    hoist out of loops and share between ops, rather than plain loads repeated after
+    every op's stores.
+
+    Example:
+        >>> if layout.tracing_switch(heap_bases) != 0:
+        >>>     start = intrinsics.timer_ns()
+    """
+    size = hw.load_invariant(heap_bases - _WORLD_SIZE_BACK)
+    return hw.load_invariant(_tracing_slots_after(heap_bases, size) + _SLOT_ENABLED)
 
 
 @triton.jit

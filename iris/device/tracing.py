@@ -6,8 +6,10 @@ normally and an ``int64`` view of the same memory while tracing is enabled.
 Triton specialises kernels on argument dtypes, so enabling tracing makes the
 next launch compile a traced variant (no change at any call site), and a kernel
 launched with the plain tensor compiles to exactly the code it had before
-tracing existed. A traced variant still checks the run-time ``trace_enabled``
-flag, so launching it while the host has tracing disabled records nothing.
+tracing existed. A traced variant still checks the run-time switch
+(``schema.SLOT_ENABLED``), so launching it while the host has tracing disabled
+records nothing; :func:`begin` reads it as a constant of the launch, so the
+compiler reads it once per kernel, not after every op.
 
 **Where events go.** The context's tracing slots (``iris.device.layout``) hold the
 tracing state; the buffers are on the symmetric heap. Events are spread over one
@@ -168,11 +170,19 @@ def _numel(pointer_type):
 
 @triton.jit
 def begin(heap_bases):
-    """Start timestamp of an op (a dead constant when tracing is compiled out)."""
+    """Start timestamp of an op, or -1 when nothing is to be recorded (pass it to :func:`end`).
+
+    The run-time flag is read here, before the op, rather than after it in :func:`end`:
+    its load (two, the slots' address first) then overlaps the op's own address
+    arithmetic instead of following its stores, and a disabled variant reads no
+    clock. The host flips the flag only between launches, so before and after agree.
+    A dead constant when tracing is compiled out.
+    """
+    start = tl.full([], -1, tl.int64)
     if compiled_in(heap_bases.dtype):
-        return hw.timer_ns()
-    else:
-        return 0
+        if enabled(heap_bases):
+            start = hw.timer_ns()
+    return start
 
 
 @triton.jit
@@ -247,16 +257,17 @@ def enabled(heap_bases):
         >>>     if tracing.enabled(heap_bases):
         >>>         tracing.record(heap_bases, start, tracing.PUT, peer, ptr, mask)
     """
-    return tl.load(layout.tracing_slots(heap_bases) + SLOT_ENABLED) != 0
+    return layout.tracing_switch(heap_bases) != 0
 
 
 @triton.jit
 def end(
     heap_bases, start, event: tl.constexpr, target_rank, ptr, mask=None, value=0, pid_m=-1, pid_n=-1, path=0
 ):
-    """Record one event that began at ``start`` (nothing when compiled out, disabled, or when
-    ``mask`` leaves no lane of a block op active). ``path`` says how the op reached its
-    target (``PATH_MAPPED`` or ``PATH_CROSS_NODE``).
+    """Record one event that began at ``start`` from :func:`begin` (nothing when compiled out,
+    when ``start`` is -1 because tracing was disabled, or when ``mask`` leaves no lane of
+    a block op active). ``path`` says how the op reached its target (``PATH_MAPPED`` or
+    ``PATH_CROSS_NODE``).
 
     Example:
         >>> start = tracing.begin(heap_bases)
@@ -264,7 +275,7 @@ def end(
         >>> tracing.end(heap_bases, start, tracing.ATOMIC_ADD, peer, flag)
     """
     if compiled_in(heap_bases.dtype):
-        if enabled(heap_bases):
+        if start >= 0:
             record(heap_bases, start, event, target_rank, ptr, mask, value, pid_m, pid_n, path=path)
 
 
@@ -386,7 +397,7 @@ def record_dma(heap_bases, start, target_rank, offset, nbytes):
 
 @triton.jit
 def trace_begin(heap_bases):
-    """Open a compute scope; returns its start time (pass it to :func:`trace_end`).
+    """Open a compute scope; returns its start time (-1 while tracing is disabled) for :func:`trace_end`.
 
     Example:
         >>> t = iris.trace_begin(heap_bases)
@@ -406,7 +417,7 @@ def trace_end(heap_bases, start, scope: tl.constexpr = 0, pid_m=-1, pid_n=-1):
         >>> iris.trace_end(heap_bases, t, scope=1)
     """
     if compiled_in(heap_bases.dtype):
-        if enabled(heap_bases):
+        if start >= 0:
             slots = layout.tracing_slots(heap_bases)
             cur_rank = layout.cur_rank(heap_bases)
             _write(slots, start, hw.timer_ns(), SCOPE_BASE + scope, cur_rank, -1, -1, 0, 0, pid_m, pid_n)

@@ -5,8 +5,9 @@ and the kernels of ``tests/test_crossnode_path.py`` are compiled the way a job t
 spans nodes compiles them: through the hook that links ``_nvshmem_calls.ll`` and
 ``libnvshmem_device*.bc`` into every kernel (``iris.backends.cuda_nvshmem``). One line
 per kernel says what it calls: NVSHMEM's transfer functions, and no function left
-unresolved. No GPU is needed; NVSHMEM's bitcode is (``NVSHMEM_LIB_DIR``, or the
-``nvidia-nvshmem-cu13`` wheel).
+unresolved, and how many CTA barriers sit in loops of more than one entry (the
+atomics' barriers in a compare-and-swap retry loop; 0 expected). No GPU is needed;
+NVSHMEM's bitcode is (``NVSHMEM_LIB_DIR``, or the ``nvidia-nvshmem-cu13`` wheel).
 
     IRIS_BACKEND=cuda NVSHMEM_LIB_DIR=... python scripts/compile_crossnode.py
 """
@@ -20,8 +21,10 @@ import sys
 os.environ.setdefault("IRIS_BACKEND", "cuda")
 os.environ["IRIS_CROSS_NODE_ALWAYS"] = "1"
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import triton
+from ptx_flow import barriers_in_multi_entry_loops
 from test_crossnode_path import _atomics_kernel, _rma_kernel, _signal_kernel
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -70,7 +73,8 @@ def main() -> int:
         unresolved = re.findall(r"\.extern \.func[^\n]*?(\w+)\(", ptx)
         print(
             f"{kernel.fn.__name__} nvshmem_state={'nvshmemi_device_state_d' in ptx} "
-            f"transfers={','.join(transfers)} unresolved={unresolved} cubin={len(compiled.asm['cubin']) > 0}"
+            f"transfers={','.join(transfers)} unresolved={unresolved} cubin={len(compiled.asm['cubin']) > 0} "
+            f"barriers_in_multi_entry_loops={barriers_in_multi_entry_loops(ptx)}"
         )
     return 0
 

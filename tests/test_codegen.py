@@ -136,6 +136,9 @@ def test_the_cross_node_path_links_nvshmem_into_every_kernel():
     assert len(lines) == 3, lines
     for line in lines:
         assert "nvshmem_state=True" in line and "unresolved=[]" in line and "cubin=True" in line, line
+        # The thread-0 atomics share their result behind CTA barriers; a CAS retry loop
+        # entered at two blocks would leave threads at different barriers (docs/notes.md).
+        assert "barriers_in_multi_entry_loops=0" in line, line
     report = dict(line.split(" ", 1) for line in lines)
     assert "rma_p" in report["_rma_kernel"] and "rma_g" in report["_rma_kernel"]
     assert "amo_fetch" in report["_atomics_kernel"]

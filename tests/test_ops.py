@@ -300,6 +300,33 @@ def test_auto_fuses_only_large_multi_rank_problems():
     assert choose_variant(cfg.replace(variant="unfused"), 8192, 8192, 8192, 4, 132) == "unfused"
 
 
+def test_auto_with_one_peer_follows_the_two_gpu_measurements():
+    # Per-rank (rows, cols, k) of benchmarks/fused_ops.py's shapes on two ranks; the
+    # expected picks are the fastest styles of sweeps/fused_ops_h200x2_before_one_peer_rule.json.
+    cfg = FusedConfig()
+
+    def pick(op, rows, cols, k, world_size=2, spans_nodes=False):
+        return choose_variant(cfg, rows, cols, k, world_size, 132, op, spans_nodes=spans_nodes)
+
+    for rows, cols in ((4096, 8192), (4096, 14336)):
+        assert pick("matmul_reduce_scatter", rows, cols, 2048) == "copy_engine"
+    for rows, cols in ((1024, 8192), (1024, 14336)):
+        assert pick("matmul_reduce_scatter", rows, cols, 4096) == "unfused"
+    for rows, cols, k in ((16384, 4096, 8192), (16384, 7168, 4096), (4096, 4096, 8192), (4096, 7168, 4096)):
+        assert pick("all_gather_matmul", rows, cols, k) == "copy_engine"
+    for cols, k in ((4096, 8192), (7168, 4096)):
+        assert pick("all_gather_matmul", 1024, cols, k) == "unfused"
+    assert pick("matmul_all_reduce", 16384, 8192, 4096) == "fused"
+    assert pick("matmul_all_reduce", 4096, 8192, 4096) == "fused"
+    for rows, cols, k in ((16384, 14336, 2048), (4096, 14336, 2048), (1024, 8192, 4096), (1024, 14336, 2048)):
+        assert pick("matmul_all_reduce", rows, cols, k) == "unfused"
+    # Copy engines reach no other node; with three peers the 4-GPU rules stand.
+    assert pick("matmul_reduce_scatter", 4096, 8192, 2048, spans_nodes=True) == "unfused"
+    assert pick("all_gather_matmul", 4096, 4096, 8192, spans_nodes=True) == "unfused"
+    assert pick("matmul_reduce_scatter", 4096, 8192, 2048, world_size=4) == "fused"
+    assert pick("matmul_all_reduce", 1024, 14336, 1024, world_size=4) == "fused"
+
+
 def test_consumers_share_the_sms_only_where_that_saves_a_gemm_wave():
     from iris.ops import default_config
 

@@ -51,6 +51,20 @@ COPY_ENGINE_MIN_ELEMENTS = 1 << 27
 SEQUENTIAL_SCATTER_MAX_PEERS = 1
 SCATTER_COPY_MIN_K = 8192
 SCATTER_COPY_MIN_TILES_PER_SM = 4.0
+#: With one peer (two ranks), ``matmul_reduce_scatter`` and ``all_gather_matmul`` use the
+#: copy engines from this many per-rank output elements, and ``matmul_reduce_scatter``
+#: below it runs unfused: the exchange is one transfer to one peer, which the copy
+#: engines hide behind a cuBLAS GEMM that keeps every SM. Measured on 2 x H200 at the six
+#: shapes of benchmarks/fused_ops.py (one run, ``sweeps/fused_ops_h200x2_before_one_peer_rule.json``):
+#: the copy engines won by 3-40% over the next style from 2^24 elements (M >= 4096) and
+#: lost by 35-60% at 2^23 and 1.5 x 2^23 (M = 1024), where unfused won (fused: 0.93x, 1.13x).
+#: On 4 x H200 the copy engines lost at M = 4096 (0.57-0.88x): the 4-GPU rules stand.
+ONE_PEER_COPY_MIN_ELEMENTS = 1 << 24
+#: With one peer, ``matmul_all_reduce`` fuses only a deep GEMM (per-rank K at least this,
+#: and :data:`SCATTER_COPY_MIN_TILES_PER_SM` tiles per SM); otherwise cuBLAS plus
+#: ``ctx.ccl.all_reduce`` won, by 4-9% in the same run (fused won by 11-12% at K = 4096
+#: with 16 and more tiles per SM). On 4 x H200 fused won at every shape, K = 1024 and 2048.
+ONE_PEER_REDUCE_MIN_K = 4096
 
 
 @dataclass(frozen=True)
@@ -216,6 +230,16 @@ def sharing_saves_a_wave(tiles: int, num_sms: int, comm_sms: int) -> bool:
     return waves <= 2 and waves < -(-tiles // (num_sms - comm_sms))
 
 
+def _one_peer_variant(op: str, elements: int, k: int, tiles_per_sm: float, spans_nodes: bool) -> str | None:
+    # choose_variant's rules for two ranks (None: the general rules decide).
+    if op in ("matmul_reduce_scatter", "all_gather_matmul"):
+        if elements >= ONE_PEER_COPY_MIN_ELEMENTS and not spans_nodes:
+            return COPY_ENGINE
+        return "unfused" if op == "matmul_reduce_scatter" else None
+    deep = k >= ONE_PEER_REDUCE_MIN_K and tiles_per_sm >= SCATTER_COPY_MIN_TILES_PER_SM
+    return "fused" if deep else "unfused"
+
+
 def default_config(
     rows: int,
     cols: int,
@@ -342,6 +366,9 @@ def choose_variant(
     peer as ``fused_sequential`` or ``copy_engine`` (:data:`SEQUENTIAL_SCATTER_MAX_PEERS`); a large
     ``matmul_reduce_scatter`` uses the copy engines (:data:`COPY_ENGINE_MIN_ELEMENTS`),
     except in jobs that span nodes (``spans_nodes``): copy engines reach only this node's GPUs.
+    With one peer, ``matmul_reduce_scatter`` and ``all_gather_matmul`` use the copy engines
+    from :data:`ONE_PEER_COPY_MIN_ELEMENTS` (below it ``matmul_reduce_scatter`` runs unfused),
+    and ``matmul_all_reduce`` fuses only deep GEMMs (:data:`ONE_PEER_REDUCE_MIN_K`).
     ``rows`` and ``cols`` are the per-rank GEMM's output (``op`` names the ``ctx.ops`` method).
 
     Example:
@@ -357,6 +384,10 @@ def choose_variant(
     if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS and not spans_nodes:
         return COPY_ENGINE
     tiles = _tile_count(rows, cols, 128, 128)
+    if world_size == 2 and op in ("matmul_reduce_scatter", "all_gather_matmul", "matmul_all_reduce"):
+        one_peer = _one_peer_variant(op, rows * cols, k, tiles / num_sms, spans_nodes)
+        if one_peer is not None:
+            return one_peer
     per_sm = GATHER_MIN_TILES_PER_SM if op == "all_gather_matmul" else MIN_TILES_PER_SM
     if tiles < per_sm * num_sms:
         return "unfused"

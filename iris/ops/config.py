@@ -56,14 +56,15 @@ SCATTER_COPY_MIN_TILES_PER_SM = 4.0
 #: below it runs unfused: the exchange is one transfer to one peer, which the copy
 #: engines hide behind a cuBLAS GEMM that keeps every SM. Measured on 2 x H200 at the six
 #: shapes of benchmarks/fused_ops.py (one run, ``sweeps/fused_ops_h200x2_before_one_peer_rule.json``):
-#: the copy engines won by 3-40% over the next style from 2^24 elements (M >= 4096) and
-#: lost by 35-60% at 2^23 and 1.5 x 2^23 (M = 1024), where unfused won (fused: 0.93x, 1.13x).
+#: the copy engines beat the next style by 3-22% from 2^24 elements (M >= 4096) and lost
+#: to unfused by 44-63% below it (M = 1024: 2^22 to 1.75 x 2^23), where fused reached
+#: 0.93x and 1.13x against unfused 1.14x and 1.15x.
 #: On 4 x H200 the copy engines lost at M = 4096 (0.57-0.88x): the 4-GPU rules stand.
 ONE_PEER_COPY_MIN_ELEMENTS = 1 << 24
 #: With one peer, ``matmul_all_reduce`` fuses only a deep GEMM (per-rank K at least this,
 #: and :data:`SCATTER_COPY_MIN_TILES_PER_SM` tiles per SM); otherwise cuBLAS plus
-#: ``ctx.ccl.all_reduce`` won, by 4-9% in the same run (fused won by 11-12% at K = 4096
-#: with 16 and more tiles per SM). On 4 x H200 fused won at every shape, K = 1024 and 2048.
+#: ``ctx.ccl.all_reduce`` won, by 0-9% in the same run (fused won by 11% at K = 4096
+#: with 15 and more tiles per SM). On 4 x H200 fused won at every shape, K = 1024 and 2048.
 ONE_PEER_REDUCE_MIN_K = 4096
 
 

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# One pass on a 2-GPU machine for the sharing and Triton-version work:
-#   1. TESTS (default: the files that failed on one shared GPU) at 1, 2, 4 ranks sharing GPU 0;
-#   2. what sharing costs: benchmarks/shared_gpu.py at 2 ranks on 2 GPUs, then on GPU 0 alone;
-#   3. put/get bandwidth before and after a change, twice each, alternating: BEFORE names a
-#      copy of the previous tree (iris/, iris_trace/, viewer_exports/, benchmarks/), carried;
-#   4. the test suite at 1 and 2 ranks, one rank per GPU.
-# Results land in $OUT (device tool) or ./out.  PARTS="shared cost putget suite" picks parts.
+# One pass on a 2-GPU machine; PARTS picks the parts (default "tracing fused crossnode"):
+#   shared     TESTS (default: the files that failed on one shared GPU) at 1, 2, 4 ranks sharing GPU 0;
+#   cost       what sharing costs: benchmarks/shared_gpu.py at 2 ranks on 2 GPUs, then on GPU 0 alone;
+#   putget     put/get bandwidth before and after a change, twice each, alternating: BEFORE names a
+#              copy of the previous tree (iris/, iris_trace/, benchmarks/), carried;
+#   tracing    benchmarks/tracing_overhead.py --breakdown at 2 ranks, before (if BEFORE) and after;
+#   fused      benchmarks/fused_ops.py at 2 ranks, every op (the one-peer auto rules);
+#   crossnode  the collectives, fused ops and tile collectives across "nodes" (IRIS_TEST_RANKS_PER_NODE=1);
+#   suite      the test suite at 1 and 2 ranks, one rank per GPU.
+# Results land in $OUT (device tool) or ./out.
 set -u
 # shellcheck source=scripts/gpu_env.sh
 . "$(dirname "$0")/gpu_env.sh"
-parts=${PARTS:-shared cost putget suite}
+parts=${PARTS:-tracing fused crossnode}
 site=$PYTHONPATH
 if [[ " $parts " == *" shared "* ]]; then
   CUDA_VISIBLE_DEVICES=0 IRIS_RANKS_PER_GPU=4 IRIS_TEST_WORLD_SIZES=1,2,4 timeout 200 python -m pytest -n 4 -q \
@@ -27,6 +30,22 @@ if [[ " $parts " == *" putget "* ]]; then
     timeout 120 python -m iris.run -n 2 benchmarks/put_get_bandwidth.py --out "$out/put_get_after_$trial.json" \
       2>&1 | grep -v Warning | tail -4
   done
+fi
+if [[ " $parts " == *" tracing "* ]]; then
+  for tree in ${BEFORE:+"$BEFORE"} .; do
+    name=$([ "$tree" = . ] && echo after || echo before)
+    (cd "$tree" && PYTHONPATH=$PWD:${site#*:} timeout 150 python -m iris.run -n 2 benchmarks/tracing_overhead.py \
+      --breakdown --iters 100 --trials 9 --out "$out/tracing_overhead_h200x2_$name.json" 2>&1 | grep -v Warning | tail -8)
+  done
+fi
+if [[ " $parts " == *" fused "* ]]; then
+  timeout 240 python -m iris.run -n 2 benchmarks/fused_ops.py --iters 50 --out "$out/fused_ops_h200x2.json" \
+    2>&1 | grep -v Warning | tail -40
+fi
+if [[ " $parts " == *" crossnode "* ]]; then
+  IRIS_TEST_RANKS_PER_NODE=1 IRIS_TEST_WORLD_SIZES=2 IRIS_WAIT_TIMEOUT=60 timeout -s INT 300 python -m pytest -q \
+    -n 2 -p no:cacheprovider --timeout 120 -rfEs tests/test_ccl.py tests/test_ops.py tests/test_tile_collectives.py \
+    2>&1 | grep -v -e Warning -e "^\[gw" | tail -25
 fi
 if [[ " $parts " == *" suite "* ]]; then
   IRIS_TEST_WORLD_SIZES=1,2 SKIP_BENCH=1 bash "$(dirname "$0")/gpu_check.sh"

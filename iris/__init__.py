@@ -47,7 +47,7 @@ from .device import (
 from . import tensor_creation
 from ._upstream_paths import register as _register_upstream_paths
 from .distributed import HostTimeoutError
-from .errors import InvalidArgumentError
+from .errors import ArgumentCountError, InvalidArgumentError
 from .hang import WaitTimeoutError
 from .iris import Iris, iris
 from .launch import spawn
@@ -69,6 +69,7 @@ __all__ = [
     "WARNING",
     "DeviceContext",
     "HostTimeoutError",
+    "ArgumentCountError",
     "InvalidArgumentError",
     "Iris",
     "IrisFormatter",

@@ -1,4 +1,4 @@
-"""Iris's argument error: one class that is both ``ValueError`` and ``RuntimeError``.
+"""Iris's argument errors: classes that are both what upstream Iris and what torch raise.
 
 Upstream Iris raises ``RuntimeError`` for some bad arguments (an ``out=`` of the
 wrong size or off the heap, a device that is not the heap's) where this package
@@ -20,4 +20,17 @@ class InvalidArgumentError(ValueError, RuntimeError):
         ... except ValueError as error:   # or RuntimeError, as upstream Iris code does
         ...     print(error)
         iris: arange step must be non-zero
+    """
+
+
+class ArgumentCountError(TypeError, ValueError):
+    """A call with the wrong number of positional arguments; catch it as ``TypeError`` (torch's
+    type for it) or ``ValueError`` (upstream Iris's).
+
+    Example:
+        >>> try:
+        ...     ctx.randint(10)   # no size
+        ... except ValueError as error:
+        ...     print(error)
+        iris: randint expects (high, size) or (low, high, size), got 1 arguments
     """

@@ -21,6 +21,7 @@ from .copy_engine import CopyEngine
 from .device import layout
 from .device.barrier import device_barrier_kernel
 from .distributed import init_distributed
+from .errors import ArgumentCountError
 from .group_slots import GroupSlots
 from .hang import Hang
 from .heap import SymmetricHeap
@@ -543,7 +544,7 @@ class Iris:
         elif len(args) == 3:
             low, high, size = args
         else:
-            raise TypeError(
+            raise ArgumentCountError(
                 f"iris: randint expects (high, size) or (low, high, size), got {len(args)} arguments"
             )
         return tensor_creation.randint(

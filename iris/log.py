@@ -16,7 +16,9 @@ logger = logging.getLogger("iris")
 class IrisFormatter(logging.Formatter):
     """Upstream Iris's record format: ``12:00:01 INFO  [Iris] [0/4] message``.
 
-    ``[rank/world]`` shows ``?`` for records logged without a rank.
+    ``[rank/world]`` shows ``?`` for records logged without a rank. A record the library
+    logs about itself (``iris_internal`` set) also names the module that logged it, as
+    ``[module]`` after the rank; the user's ``ctx.info(...)`` records do not.
 
     Example:
         >>> handler.setFormatter(iris.log.IrisFormatter())
@@ -26,7 +28,8 @@ class IrisFormatter(logging.Formatter):
         rank = getattr(record, "iris_rank", "?")
         num_ranks = getattr(record, "iris_num_ranks", "?")
         stamp = self.formatTime(record, "%H:%M:%S")
-        return f"{stamp} {record.levelname:<5s} [Iris] [{rank}/{num_ranks}] {record.getMessage()}"
+        module = f" [{record.module}]" if getattr(record, "iris_internal", False) else ""
+        return f"{stamp} {record.levelname:<5s} [Iris] [{rank}/{num_ranks}]{module} {record.getMessage()}"
 
 
 def _level_from_environment(default: int) -> int:

@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 import torch
+from conftest import get_pool
 
 import iris
 
@@ -129,6 +130,27 @@ def test_iris_formatter_names_rank_and_level():
     assert text.endswith("INFO  [Iris] [1/4] hello")
     record = logging.LogRecord("iris", logging.WARNING, __file__, 1, "no rank", None, None)
     assert "[?/?] no rank" in iris.IrisFormatter().format(record)
+
+
+def test_iris_formatter_names_the_module_of_the_librarys_own_records():
+    import logging
+
+    record = logging.LogRecord("iris", logging.INFO, "/x/all_gather.py", 1, "internal", None, None)
+    record.iris_rank, record.iris_num_ranks, record.iris_internal = 0, 4, True
+    assert iris.IrisFormatter().format(record).endswith("[Iris] [0/4] [all_gather] internal")
+
+
+def _randint_argument_count_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        for args in ((10,), (0, 10, (2, 3), (4, 5))):
+            with pytest.raises(TypeError, match="randint expects"):
+                ctx.randint(*args)
+            with pytest.raises(ValueError, match="randint expects"):
+                ctx.randint(*args)
+
+
+def test_randint_with_a_wrong_argument_count_raises_what_torch_and_upstream_raise():
+    get_pool(1).run(_randint_argument_count_body)
 
 
 def test_config_fields_can_be_set_and_are_checked():

@@ -86,8 +86,12 @@ class RankPool:
             try:
                 conn.send(task)
             except OSError:  # the rank is gone (it may have failed to start): restart the pool next time
+                code = self._procs[rank].exitcode
                 self.close(kill=True)
-                raise RankError(f"rank {rank} is dead; {function.__name__} was not run") from None
+                raise RankError(
+                    f"rank {rank} is dead (exit code {code}; its traceback is in the captured stderr); "
+                    f"{function.__name__} was not run"
+                ) from None
         results, errors = [], []
         for rank, conn in enumerate(self._conns):
             try:

@@ -145,6 +145,25 @@ def test_ranks_rendezvous_on_the_store_the_launcher_hosts():
     assert signed_in == [b"5813", b"5813"]
 
 
+def _rank_and_size(rank, world_size):
+    return rank, world_size
+
+
+@pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
+def test_a_test_pool_with_a_dead_rank_fails_one_test_and_is_replaced():
+    from conftest import get_pool
+    from harness import RankError
+
+    pool = get_pool(SMALL_WORLD, IRIS_TEST_POOL="doomed")  # a pool of its own
+    pool._procs[1].kill()
+    pool._procs[1].join()
+    with pytest.raises(RankError, match="rank 1 (is dead|died)"):
+        pool.run(_rank_and_size, timeout=30)
+    assert not pool.alive
+    replaced = get_pool(SMALL_WORLD, IRIS_TEST_POOL="doomed").run(_rank_and_size)
+    assert replaced == [(rank, SMALL_WORLD) for rank in range(SMALL_WORLD)]
+
+
 FIRST_KERNEL = """
 import torch, triton, triton.language as tl
 import iris

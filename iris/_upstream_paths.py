@@ -28,6 +28,7 @@ def register() -> None:
 
     from . import device, log, tensor_creation
     from .device import context, rma, tiles, tracing
+    from .ops import upstream as ops_upstream
 
     host = sys.modules["iris.iris"]  # the module: ``iris.iris`` itself is the factory function
     device_api = {name: getattr(device, name) for name in device.__all__}
@@ -75,6 +76,10 @@ def register() -> None:
         "iris.device.triton": mem_triton,
         "iris.device.triton.context": context,
     }
+    # Upstream keeps each fused op in a module of its name (``from iris.ops.matmul_reduce_scatter
+    # import matmul_reduce_scatter``); here they share one, and ``iris.ops.<op>`` stays the function.
+    for op in ("matmul_all_reduce", "all_gather_matmul", "matmul_all_gather", "matmul_reduce_scatter"):
+        modules[f"iris.ops.{op}"] = ops_upstream
     for path, module in modules.items():
         sys.modules.setdefault(path, module)
     iris.host = host_pkg

@@ -1,8 +1,9 @@
 """Compile the ``ctx.ops`` kernels that CI runs only under the interpreter, for Hopper (sm_90).
 
 The handshake and sum kernels of ``iris.ops.copy_kernels``, the two tracing kernels
-of ``iris.device.dma_trace``, the workgroup-specialised GEMM + all-scatter and the
-plain GEMM through tensor descriptors (GPU-sized tiles), untraced and traced: this
+of ``iris.device.dma_trace``, the workgroup-specialised GEMM + all-scatter, the
+plain GEMM through tensor descriptors (GPU-sized tiles) and the kernels of upstream
+Iris's conventions (``pull_gather``, ``tile_reduce_scatter``), untraced and traced: this
 catches code that only the interpreter accepts before a GPU run does. No GPU is needed.
 
 It then checks that a consumer can share SMs with the GEMM
@@ -37,6 +38,8 @@ from iris.ops import SHARING_BACKOFF_NS, copy_kernels
 from iris.ops.all_scatter import BOTH, CONSUMER, PRODUCER, workgroup_specialized_kernel
 from iris.ops.config import SM_REGISTERS, default_config, split_sm_registers
 from iris.ops.gemm import matmul_tma_kernel
+from iris.ops.pull_gather import pull_gather_matmul_kernel
+from iris.ops.tile_reduce_scatter import tile_reduce_scatter_kernel
 
 
 def kernels(bases: str):
@@ -70,6 +73,21 @@ def kernels(bases: str):
     }
     plain = {**descriptors, "M": "i32", "N": "i32", "K": "i32", "heap_bases": bases}
     yield "matmul_tma", matmul_tma_kernel, plain, {**tiles, "GROUP_M": 8, "FLATTEN": True}
+    # Upstream Iris's conventions: A gathered by columns (pulled), C scattered by tiles.
+    square = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}
+    strides = {
+        name: "i32" for name in ("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn")
+    }
+    pull = {"a_shard": "*bf16", "b": "*bf16", "out": "*bf16", "bias": "*bf16", "M": "i32", "N": "i32"}
+    pull.update(
+        K_local="i32", stride_bias="i32", cur_rank="i32", world_size="i32", heap_bases=bases, **strides
+    )
+    yield "pull_gather_matmul", pull_gather_matmul_kernel, pull, {**square, "GROUP_M": 8, "HAS_BIAS": True}
+    context = "*i64" if bases == "*u64" else "*u64"  # the traced context is the uint64 view
+    scatter = {"a": "*bf16", "b": "*bf16", "partial": "*bf16", "out": "*bf16", "locks": "*i32", "M": "i32"}
+    scatter.update(N="i32", K="i32", stride_pm="i32", stride_pn="i32", context=context, **strides)
+    scatter.update(cur_rank="i32", world_size="i32")
+    yield "tile_reduce_scatter", tile_reduce_scatter_kernel, scatter, {**square, "EVEN_K": True}
 
 
 def fused_signature(bases: str) -> dict:

@@ -10,6 +10,13 @@
 * ``matmul_reduce_scatter(out, A, B)``: ``A (world*M, K)``; ``out (M, N)`` = row block
   ``rank`` of the sum over ranks of ``A @ B``
 
+Upstream Iris's shapes work too, told apart by the shapes: ``all_gather_matmul`` with
+``A (M, K / world)`` sharded by columns and ``out (M, N)`` (:mod:`iris.ops.pull_gather`),
+and ``matmul_reduce_scatter`` with ``A (M, K)`` and ``out (M, N)``, each rank keeping
+its share of the tiles (:mod:`iris.ops.tile_reduce_scatter`). So do upstream's
+``bias=`` and ``workspace=`` arguments, its module functions (``iris.ops.matmul_all_reduce(ctx,
+out, A, B)``, :mod:`iris.ops.upstream`) and its ``FusedConfig`` field names.
+
 Shapes, strides and dtypes come from the tensors; gathers and scatters follow
 ``torch.distributed`` (``all_gather_into_tensor``, ``reduce_scatter_tensor``: row
 blocks in rank order). Outputs written by other ranks (``matmul_all_gather``,
@@ -67,9 +74,27 @@ from .copy_plans import (
 from .gather import all_gather_matmul_kernel
 from .gemm import SCOPE_GEMM
 from .matmul import matmul_launch
+from .pull_gather import pull_gather_matmul_kernel
 from .reduce import gemm_reduce_kernel
+from .tile_reduce_scatter import tile_reduce_scatter_kernel
+from .workspace import FusedWorkspace
 
-__all__ = ["FusedConfig", "Ops", "choose_variant", "default_config"]
+__all__ = [
+    "FusedConfig",
+    "FusedWorkspace",
+    "Ops",
+    "OpsNamespace",
+    "all_gather_matmul",
+    "all_gather_matmul_preamble",
+    "choose_variant",
+    "default_config",
+    "matmul_all_gather",
+    "matmul_all_gather_preamble",
+    "matmul_all_reduce",
+    "matmul_all_reduce_preamble",
+    "matmul_reduce_scatter",
+    "matmul_reduce_scatter_preamble",
+]
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 #: Recorded plans kept per context (oldest dropped first).
@@ -138,70 +163,129 @@ class Ops:
         )
 
     # ------------------------------------------------------------------ public ops
-    def matmul_all_gather(self, out, A, B, dim: int = 0, async_op: bool = False, config=None):
+    def matmul_all_gather(self, out, A, B, bias=None, async_op=False, config=None, workspace=None, *, dim=0):
         """``out = all_gather(A @ B)`` along ``dim``: 0 stacks rows (``all_gather_into_tensor``),
         1 places each rank's block at columns ``rank * N`` (GEMM + all-scatter).
 
         ``config.variant`` may name any of the four overlap styles (docs/fused.md);
         ``"fused"`` is ``workgroup_specialized`` (``producer_consumer`` if ``config.consumer_warps``).
 
+        Args:
+            out: ``(world * M, N)`` (``dim=0``) or ``(M, world * N)`` (``dim=1``), on the heap.
+            A, B: ``(M, K)`` and ``(K, N)``, fp16, bf16 or fp32.
+            bias: ``dim=0`` only: ``M`` entries added to this rank's rows (upstream Iris's
+                ``bias``); every rank passes one or none. Added after the op, so the
+                rounding differs from adding it to the fp32 accumulator.
+            async_op: skip the closing device barrier.
+            config: a :class:`FusedConfig` (upstream's field names work too).
+            workspace: upstream Iris's :class:`FusedWorkspace`; accepted and filled in.
+            dim: keyword only, 0 or 1.
+
         Example:
             >>> out = ctx.empty(M, world * N, dtype=torch.bfloat16)
             >>> ctx.ops.matmul_all_gather(out, a, b_shard, dim=1)
         """
-        key = ("matmul_all_gather", dim, *self._call_key(out, A, B, async_op, config))
-        self._run(key, lambda: self._plan_matmul_all_gather(out, A, B, dim, async_op, config))
+        key = ("matmul_all_gather", dim, *self._call_key(out, A, B, async_op, config, bias))
+        self._run(
+            key,
+            lambda: (
+                self._plan_matmul_all_gather(out, A, B, dim, async_op, config)
+                + self._gathered_bias_steps(out, A, bias, dim, async_op)
+            ),
+        )
+        _fill_workspace(workspace, "matmul_all_gather", A, B, self._ctx)
         return out
 
-    def all_gather_matmul(self, out, A, B, async_op: bool = False, config=None):
-        """``out = all_gather(A) @ B``: ``A (M, K)`` is this rank's row shard, ``out`` is ``(world*M, N)``.
+    def all_gather_matmul(self, out, A, B, bias=None, async_op=False, config=None, workspace=None):
+        """``out = all_gather(A) @ B``, gathering ``A``'s rows or, as upstream Iris, its columns.
 
-        Fused: some programs push this rank's shard to every peer while the others
-        multiply, own rows first, then each peer's rows as they land.
+        * ``A (M, K)`` a row shard, ``B (K, N)``: ``out (world*M, N)`` (``all_gather_into_tensor``
+          rows). Fused: some programs push this rank's shard to every peer while the others
+          multiply, own rows first, then each peer's rows as they land.
+        * ``A (M, K / world)`` a column shard on the heap, ``B (K, N)``: ``out (M, N)``
+          (upstream Iris's ``all_gather_matmul``). Fused only: each output tile reads
+          every peer's slices of ``A`` from its heap (:mod:`iris.ops.pull_gather`).
+
+        Args:
+            bias: ``out.shape[0]`` entries added to the rows of ``out``.
+            async_op, config, workspace: as :meth:`matmul_all_gather`.
 
         Example:
             >>> out = ctx.empty(world * M, N, dtype=torch.bfloat16)
             >>> ctx.ops.all_gather_matmul(out, x_shard, w)
         """
-        key = ("all_gather_matmul", *self._call_key(out, A, B, async_op, config))
-        self._run(key, lambda: self._plan_all_gather_matmul(out, A, B, async_op, config))
+        world = self._ctx.get_num_ranks()
+        if _gathers_columns(A, B, world):
+            key = ("all_gather_matmul_columns", *self._call_key(out, A, B, async_op, config, bias))
+            self._run(key, lambda: self._plan_pull_gather_matmul(out, A, B, bias, async_op, config))
+        else:
+            key = ("all_gather_matmul", *self._call_key(out, A, B, async_op, config, bias))
+            self._run(
+                key,
+                lambda: (
+                    self._plan_all_gather_matmul(out, A, B, async_op, config)
+                    + _row_bias_steps("all_gather_matmul", out, bias)
+                ),
+            )
+        _fill_workspace(workspace, "all_gather_matmul", A, B, self._ctx)
         return out
 
-    def matmul_all_reduce(self, out, A, B, async_op: bool = False, config=None):
+    def matmul_all_reduce(self, out, A, B, bias=None, async_op=False, config=None, workspace=None):
         """``out = sum over ranks of A @ B`` (row-parallel linear layer): ``A (M, K)``, ``out (M, N)``.
 
         Fused: partial tiles are reduced by an owner rank each (two-shot) while the GEMM
         goes on; the owner sums every rank's partial in fp32 and stores the result everywhere.
+        ``bias`` must be None (upstream Iris accepts it here and ignores it).
 
         Example:
             >>> out = ctx.empty(M, N, dtype=torch.bfloat16)
             >>> ctx.ops.matmul_all_reduce(out, x, w_shard)
         """
+        _refuse_bias("matmul_all_reduce", bias)
         key = ("matmul_all_reduce", *self._call_key(out, A, B, async_op, config))
         self._run(
             key, lambda: self._plan_gemm_reduce("matmul_all_reduce", out, A, B, False, async_op, config)
         )
+        variant = (config or FusedConfig()).all_reduce_variant
+        _fill_workspace(workspace, "matmul_all_reduce", A, B, self._ctx, variant)
         return out
 
-    def matmul_reduce_scatter(self, out, A, B, async_op: bool = False, config=None):
-        """``out`` = row block ``rank`` of ``sum over ranks of A @ B``: ``A (world*M, K)``, ``out (M, N)``.
+    def matmul_reduce_scatter(self, out, A, B, bias=None, async_op=False, config=None, workspace=None):
+        """The sum over ranks of ``A @ B``, scattered by row blocks or, as upstream Iris, by tiles.
 
-        Fused: rank ``r`` reduces row block ``r`` tile by tile as the ranks' partial tiles finish.
+        * ``A (world*M, K)``, ``out (M, N)``: row block ``rank`` of the sum
+          (``reduce_scatter_tensor``). Fused: rank ``r`` reduces row block ``r`` tile by
+          tile as the ranks' partial tiles finish.
+        * ``A (M, K)``, ``out (M, N)``, more than one rank: upstream Iris's tile ownership.
+          With ``T`` tiles of ``config.block_m x config.block_n`` (``FusedConfig()``'s when
+          ``config`` is None) in row-major order, rank ``r`` gets the sum in tiles
+          ``[r * (T // world), (r + 1) * (T // world))`` (the last rank also the rest) and
+          zeros elsewhere (:mod:`iris.ops.tile_reduce_scatter`).
+
+        ``bias`` must be None (upstream Iris's ``matmul_reduce_scatter`` has none).
 
         Example:
             >>> out = ctx.empty(M // world, N, dtype=torch.bfloat16)
             >>> ctx.ops.matmul_reduce_scatter(out, x, w_shard)
         """
-        key = ("matmul_reduce_scatter", *self._call_key(out, A, B, async_op, config))
-        self._run(
-            key, lambda: self._plan_gemm_reduce("matmul_reduce_scatter", out, A, B, True, async_op, config)
-        )
+        _refuse_bias("matmul_reduce_scatter", bias)
+        if _scatters_tiles(out, A, B, self._ctx.get_num_ranks()):
+            key = ("matmul_reduce_scatter_tiles", *self._call_key(out, A, B, async_op, config))
+            self._run(key, lambda: self._plan_tile_reduce_scatter(out, A, B, async_op, config))
+        else:
+            key = ("matmul_reduce_scatter", *self._call_key(out, A, B, async_op, config))
+            self._run(
+                key,
+                lambda: self._plan_gemm_reduce("matmul_reduce_scatter", out, A, B, True, async_op, config),
+            )
+        _fill_workspace(workspace, "matmul_reduce_scatter", A, B, self._ctx, "two_shot")
         return out
 
     # ------------------------------------------------------------------ plans
-    def _call_key(self, out, A, B, async_op, config) -> tuple:
+    def _call_key(self, out, A, B, async_op, config, bias=None) -> tuple:
         tensors = tuple(tensor_key(t) for t in (out, A, B))
-        return (*tensors, bool(async_op), config, self._ctx.tracing.enabled)
+        biased = None if bias is None else tensor_key(bias)
+        return (*tensors, biased, bool(async_op), config, self._ctx.tracing.enabled)
 
     def _run(self, key, build):
         for step in self._plans.get_or_build(key, build):
@@ -344,6 +428,91 @@ class Ops:
             steps.append(ctx.device_barrier)
         return steps
 
+    def _plan_pull_gather_matmul(self, out, A, B, bias, async_op, config):
+        # Upstream Iris's all_gather_matmul: A sharded by columns, read from the peers' heaps.
+        ctx = self._ctx
+        rank, world = ctx.get_rank(), ctx.get_num_ranks()
+        M, K_local = A.shape
+        N = B.shape[1]
+        _check_dtypes("all_gather_matmul", A, B)
+        _check_out("all_gather_matmul", out, (M, N), A, ctx, symmetric=False)
+        if not ctx.is_symmetric(A):
+            raise ValueError(
+                "iris.ops.all_gather_matmul: A is a column shard that the other ranks read, so it "
+                "must be on the symmetric heap"
+            )
+        cfg = (
+            config if config is not None else self.default_config(M, N, world * K_local, "all_gather_matmul")
+        )
+        if cfg.variant not in ("auto", "fused"):
+            raise ValueError(
+                "iris.ops.all_gather_matmul: gathering A by columns runs fused only, got variant "
+                f"{config.variant!r}"
+            )
+        has_bias = bias is not None
+        if has_bias:
+            _check_bias("all_gather_matmul", bias, M, A)
+        tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
+        options = gemm_launch_options(cfg)
+        # Every rank's shard is in place before anyone reads it.
+        steps = [ctx.device_barrier, PreparedLaunch(
+            pull_gather_matmul_kernel, (tiles,),
+            (A, B, out, bias if has_bias else out, M, N, K_local, *A.stride(), *B.stride(),
+             *out.stride(), bias.stride(0) if has_bias else 0, rank, world, ctx.get_heap_bases()),
+            dict(HAS_BIAS=has_bias, **options),
+        )]  # fmt: skip
+        # Peers read this rank's shard until they finish: only a barrier tells that they have.
+        if not async_op:
+            steps.append(ctx.device_barrier)
+        return steps
+
+    def _plan_tile_reduce_scatter(self, out, A, B, async_op, config):
+        # Upstream Iris's matmul_reduce_scatter: every rank's out is M x N, reduced in the tiles it owns.
+        ctx = self._ctx
+        rank, world = ctx.get_rank(), ctx.get_num_ranks()
+        M, K, N = _gemm_dims("matmul_reduce_scatter", A, B)
+        _check_out("matmul_reduce_scatter", out, (M, N), A, ctx, symmetric=False)
+        # Which tiles a rank owns follows from the tile size, so it must not vary with the shape.
+        cfg = config if config is not None else FusedConfig()
+        if cfg.variant not in ("auto", "fused"):
+            raise ValueError(
+                "iris.ops.matmul_reduce_scatter: scattering by tiles runs fused only, got variant "
+                f"{cfg.variant!r}"
+            )
+        tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
+        partial = self._buffer("tile_partial", (M, N), out.dtype)
+        locks = self._buffer("tile_locks", (tiles, 1), torch.int32).view(-1)
+        options = gemm_launch_options(cfg, K)
+        options.pop("GROUP_M")  # tiles run in row-major order: ownership depends on it
+        launch = PreparedLaunch(
+            tile_reduce_scatter_kernel, (tiles,),
+            (A, B, partial, out, locks, M, N, K, *A.stride(), *B.stride(), *partial.stride(),
+             *out.stride(), ctx.get_device_context(), rank, world),
+            options,
+        )  # fmt: skip
+        # The locks are 0/1 flags (upstream's protocol): zeroed on every rank before any
+        # rank raises one; tiles this rank does not own stay zero in out.
+        steps = [lambda: locks.zero_(), lambda: out.zero_(), ctx.device_barrier, launch]
+        if not async_op:
+            steps.append(ctx.device_barrier)
+        return steps
+
+    def _gathered_bias_steps(self, out, A, bias, dim, async_op):
+        # Upstream's matmul_all_gather bias: M entries per rank, added to that rank's rows.
+        if bias is None:
+            return []
+        if dim != 0:
+            raise ValueError(
+                "iris.ops.matmul_all_gather: bias is supported with dim=0 (upstream Iris's form)"
+            )
+        ctx = self._ctx
+        M = A.shape[0]
+        _check_bias("matmul_all_gather", bias, M, A)
+        gathered = self._buffer("bias", (ctx.get_num_ranks() * M, 1), bias.dtype).view(-1)
+        local = bias if bias.is_contiguous() else bias.contiguous()
+        steps = [] if not async_op else [ctx.device_barrier]  # the peers' rows must have landed
+        return steps + [lambda: ctx.ccl.all_gather(gathered, local), lambda: out.add_(gathered[:, None])]
+
     # ------------------------------------------------------------------ internals
     def _config_and_variant(self, config, rows, cols, k, op=None):
         cfg = config if config is not None else self.default_config(rows, cols, k, op)
@@ -462,3 +631,79 @@ def _check_out(name, out, shape, A, ctx, symmetric: bool):
         )
     if A.device != out.device:
         raise ValueError(f"iris.ops.{name}: A is on {A.device} but out is on {out.device}")
+
+
+def _gathers_columns(A, B, world: int) -> bool:
+    # Upstream Iris's all_gather_matmul: A (M, K / world), B (K, N). Never ambiguous
+    # with this package's row gather (A (M, K), B (K, N)) once there are two ranks.
+    return world > 1 and A.dim() == 2 and B.dim() == 2 and A.shape[1] * world == B.shape[0]
+
+
+def _scatters_tiles(out, A, B, world: int) -> bool:
+    # Upstream Iris's matmul_reduce_scatter: out has the full (M, N) shape; this
+    # package's row scatter has out (M / world, N).
+    if world == 1 or A.dim() != 2 or B.dim() != 2 or out.dim() != 2:
+        return False
+    return tuple(out.shape) == (A.shape[0], B.shape[1])
+
+
+def _check_dtypes(name, A, B):
+    if A.dim() != 2 or B.dim() != 2:
+        raise ValueError(f"iris.ops.{name}: A and B must be 2-D, got {tuple(A.shape)} and {tuple(B.shape)}")
+    if A.dtype != B.dtype or A.dtype not in _DTYPES:
+        raise TypeError(
+            f"iris.ops.{name}: A and B must share a dtype among {_DTYPES}, got {A.dtype}, {B.dtype}"
+        )
+
+
+def _check_bias(name, bias, rows: int, A):
+    if bias.dim() != 1 or bias.shape[0] != rows:
+        raise ValueError(
+            f"iris.ops.{name}: bias must have {rows} entries (one per row), got {tuple(bias.shape)}"
+        )
+    if bias.device != A.device:
+        raise ValueError(f"iris.ops.{name}: bias is on {bias.device} but A is on {A.device}")
+
+
+def _row_bias_steps(name, out, bias) -> list:
+    if bias is None:
+        return []
+    _check_bias(name, bias, out.shape[0], out)
+    return [lambda: out.add_(bias[:, None])]
+
+
+def _refuse_bias(name, bias):
+    if bias is not None:
+        raise ValueError(
+            f"iris.ops.{name}: bias is not supported (upstream Iris accepts it here and ignores it); "
+            "add it to out after the call"
+        )
+
+
+def _fill_workspace(workspace, operation: str, A, B, ctx, variant: str = ""):
+    # Upstream Iris's ops return and take a FusedWorkspace; here buffers are the
+    # context's own, so a workspace passed in only records the call.
+    if workspace is None:
+        return
+    if not isinstance(workspace, FusedWorkspace):
+        raise TypeError(
+            f"iris.ops.{operation}: workspace must be an iris.ops.FusedWorkspace, got {type(workspace)}"
+        )
+    workspace.describe(operation, A, B, ctx.get_num_ranks(), variant)
+
+
+#: Upstream Iris's name of :class:`Ops`.
+OpsNamespace = Ops
+
+# Upstream Iris's module-level form of the ops (context first); imported last, as
+# ``iris.ops.upstream`` runs the ``Ops`` methods above.
+from .upstream import (  # noqa: E402
+    all_gather_matmul,
+    all_gather_matmul_preamble,
+    matmul_all_gather,
+    matmul_all_gather_preamble,
+    matmul_all_reduce,
+    matmul_all_reduce_preamble,
+    matmul_reduce_scatter,
+    matmul_reduce_scatter_preamble,
+)

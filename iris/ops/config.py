@@ -8,6 +8,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass
 
 #: Styles of GEMM + all-scatter (``matmul_all_gather``); "fused" means workgroup_specialized
@@ -68,9 +69,54 @@ ONE_PEER_COPY_MIN_ELEMENTS = 1 << 24
 ONE_PEER_REDUCE_MIN_K = 4096
 
 
+#: Upstream Iris's ``FusedConfig`` names of this config's fields (either name works).
+UPSTREAM_ALIASES = {
+    "block_size_m": "block_m",
+    "block_size_n": "block_n",
+    "block_size_k": "block_k",
+    "group_size_m": "group_m",
+}
+#: Upstream Iris's ``FusedConfig`` fields that have no effect here, with upstream's
+#: defaults: grid sizing (``num_sms``) is this package's own, the chiplet and cache
+#: settings are AMD's, fp32 inputs multiply in TF32 (upstream's default), and the
+#: reduction protocol of ``matmul_all_reduce`` is this package's (docs/upstream.md).
+#: They are accepted, validated as upstream validates them, and read back.
+UPSTREAM_ONLY = {
+    "num_sms": None,
+    "num_xcds": 1,
+    "chunk_size": 1,
+    "cache_modifier_a": ".ca",
+    "cache_modifier_b": ".ca",
+    "allow_tf32": True,
+    "all_reduce_variant": "two_shot",
+    "all_reduce_num_rings": 1,
+}
+#: Upstream's ``all_reduce_variant`` values.
+UPSTREAM_ALL_REDUCE_VARIANTS = ("atomic", "ring", "one_shot", "two_shot", "spinlock")
+
+
+def _upstream_keywords(kwargs: dict, settings: tuple = ()) -> dict:
+    # Upstream's names -> this config's: aliases renamed, upstream-only settings kept
+    # (sorted, hashable) in the ``upstream`` field.
+    kwargs = dict(kwargs)
+    for theirs, ours in UPSTREAM_ALIASES.items():
+        if theirs in kwargs:
+            if ours in kwargs:
+                raise TypeError(f"iris.ops.FusedConfig: {theirs} and {ours} name the same field; pass one")
+            kwargs[ours] = kwargs.pop(theirs)
+    extra = {name: kwargs.pop(name) for name in UPSTREAM_ONLY if name in kwargs}
+    if extra:
+        kwargs["upstream"] = tuple(sorted({**dict(kwargs.get("upstream", settings)), **extra}.items()))
+    return kwargs
+
+
 @dataclass(frozen=True)
 class FusedConfig:
     """How a fused op runs; every field has a per-shape default (:func:`default_config`).
+
+    Upstream Iris's field names work too (``FusedConfig(block_size_m=64)``, and
+    ``cfg.block_size_m`` reads ``block_m``); its fields with no effect here
+    (:data:`UPSTREAM_ONLY`) are accepted, checked and read back.
 
     Args:
         block_m, block_n, block_k: GEMM tile (bf16/fp16 in, fp32 accumulate).
@@ -113,6 +159,8 @@ class FusedConfig:
     split_last_wave: bool = False
     copy_chunks: int = 0
     variant: str = "auto"
+    #: upstream Iris's settings without effect here, as sorted ``(name, value)`` pairs.
+    upstream: tuple = ()
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -131,14 +179,70 @@ class FusedConfig:
             raise ValueError(f"iris.ops: consumer_warps must be 0, 1, 2 or 4, got {self.consumer_warps}")
         if self.comm_sms < 1:
             raise ValueError(f"iris.ops: comm_sms must be at least 1, got {self.comm_sms}")
+        unknown = sorted(set(dict(self.upstream)) - set(UPSTREAM_ONLY))
+        if unknown:
+            raise ValueError(f"iris.ops: unknown upstream settings {unknown}; known: {sorted(UPSTREAM_ONLY)}")
+        self.validate()
+
+    def __getattr__(self, name):
+        # Only reached for names that are not fields: upstream's settings read back.
+        if name in UPSTREAM_ONLY:
+            return dict(self.__dict__.get("upstream", ())).get(name, UPSTREAM_ONLY[name])
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    block_size_m = property(lambda self: self.block_m, doc="Upstream Iris's name of ``block_m``.")
+    block_size_n = property(lambda self: self.block_n, doc="Upstream Iris's name of ``block_n``.")
+    block_size_k = property(lambda self: self.block_k, doc="Upstream Iris's name of ``block_k``.")
+    group_size_m = property(lambda self: self.group_m, doc="Upstream Iris's name of ``group_m``.")
+
+    def validate(self, world_size: int | None = None) -> None:
+        """Check upstream Iris's settings as upstream's ``FusedConfig.validate`` does.
+
+        The fields of this package are checked when the config is made; this adds
+        upstream's rules (positive counts, a known ``all_reduce_variant``, and for
+        ``"ring"`` a ``block_n`` that ``world_size`` divides).
+
+        Raises:
+            ValueError: a setting upstream would refuse.
+
+        Example:
+            >>> FusedConfig(block_size_m=64, all_reduce_variant="ring").validate(world_size=4)
+        """
+        for name in ("num_xcds", "chunk_size", "all_reduce_num_rings"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"iris.ops: {name} must be positive, got {getattr(self, name)}")
+        if self.num_sms is not None and self.num_sms <= 0:
+            raise ValueError(f"iris.ops: num_sms must be positive, got {self.num_sms}")
+        if self.all_reduce_variant not in UPSTREAM_ALL_REDUCE_VARIANTS:
+            raise ValueError(
+                f"iris.ops: all_reduce_variant must be one of {UPSTREAM_ALL_REDUCE_VARIANTS}, "
+                f"got {self.all_reduce_variant!r}"
+            )
+        if self.all_reduce_variant == "ring" and world_size is not None and self.block_n % world_size:
+            raise ValueError(
+                f"iris.ops: for the ring variant, block_n ({self.block_n}) must be divisible by "
+                f"world_size ({world_size})"
+            )
 
     def replace(self, **changes) -> FusedConfig:
-        """A copy with ``changes`` applied.
+        """A copy with ``changes`` applied (this package's or upstream's names).
 
         Example:
             >>> cfg.replace(variant="unfused")
         """
-        return dataclasses.replace(self, **changes)
+        return dataclasses.replace(self, **_upstream_keywords(changes, self.upstream))
+
+
+_fields_init = FusedConfig.__init__
+
+
+def _init_with_upstream_names(self, *args, **kwargs):
+    _fields_init(self, *args, **_upstream_keywords(kwargs))
+
+
+_init_with_upstream_names.__doc__ = _fields_init.__doc__
+_init_with_upstream_names.__signature__ = inspect.signature(_fields_init)
+FusedConfig.__init__ = _init_with_upstream_names
 
 
 #: Registers of one SM (sm_80 to sm_90).

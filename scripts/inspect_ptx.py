@@ -7,7 +7,9 @@ keeps 16-byte vector accesses and which scope the atomics and flag reads use.
     IRIS_BACKEND=cuda python scripts/inspect_ptx.py --dump /tmp/ptx   (also each kernel's instructions)
 
 ``tracing_switch_reads`` counts a traced loop of puts' reads of tracing's run-time
-switch, and how many of them sit inside the loop (0: read once per kernel). The last
+switch, and how many of them sit inside the loop (0: read once per kernel);
+``traced_put_cta_barriers`` the CTA barriers of one traced, masked put (the record's
+reduction over the block and the broadcast of its claimed slot). The last
 lines name kernels with CTA barriers inside loops of more than one entry
 (:func:`barriers_in_multi_entry_loops`) and wait kernels with CTA barriers inside
 their spin loops (:func:`barriers_in_loops`); both should read ``{}``.
@@ -254,5 +256,6 @@ if __name__ == "__main__":
     ring = compile_ptx("put_ring_traced")
     in_loops = instructions_in_loops(ring, "ld.global.nc")
     print("tracing_switch_reads", ring.count("ld.global.nc"), "in_loops", in_loops)
+    print("traced_put_cta_barriers", compile_ptx("put_traced").count("bar.sync"))
     print_barrier_hazards(hazards)
     print("barriers_in_wait_loops", {name: count for name, count in spin_hazards.items() if count})

@@ -128,6 +128,12 @@ def test_the_tracing_switch_is_read_once_before_a_loop_of_traced_ops(ptx_report)
     assert int(reads) >= 1 and int(in_loops) == 0, ptx_report["tracing_switch_reads"]
 
 
+def test_a_traced_masked_put_exchanges_between_warps_once(ptx_report):
+    # The first address and the active-lane count are summed in one reduction (two
+    # barriers), then the slot claim's broadcast (two): it was seven with two reductions.
+    assert int(ptx_report["traced_put_cta_barriers"]) <= 4, ptx_report["traced_put_cta_barriers"]
+
+
 @pytest.mark.skipif(
     not os.environ.get("NVSHMEM_LIB_DIR"), reason="NVSHMEM's device bitcode is not here (NVSHMEM_LIB_DIR)"
 )

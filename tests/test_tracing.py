@@ -126,6 +126,8 @@ def masked_blocks(buf, cur_rank, heap_bases):
     iris.store(tile, rows + cols, cur_rank, cur_rank, heap_bases, mask=(rows < 3) & (cols < 5))
     offsets = tl.arange(0, 8)
     iris.store(buf + offsets, offsets, cur_rank, cur_rank, heap_bases, mask=offsets >= 2)
+    # A mask of rows only (4 x 1), broadcast over the tile's 8 columns as tl.store does.
+    iris.store(tile, rows + cols, cur_rank, cur_rank, heap_bases, mask=rows < 2)
 
 
 def _masked_blocks_body(rank, world_size):
@@ -135,8 +137,9 @@ def _masked_blocks_body(rank, world_size):
         masked_blocks[(1,)](buf, rank, ctx.get_heap_bases())
         ev = ctx.tracing.events()
         # The address is the block's first element (row-major), the bytes its active elements.
-        assert ev["address"].tolist() == [ctx.heap.offset_of(buf) + 16 * 4, ctx.heap.offset_of(buf)]
-        assert ev["payload_bytes"].tolist() == [15 * 4, 6 * 4]
+        base = ctx.heap.offset_of(buf)
+        assert ev["address"].tolist() == [base + 16 * 4, base, base + 16 * 4]
+        assert ev["payload_bytes"].tolist() == [15 * 4, 6 * 4, 2 * 8 * 4]
         ctx.tracing.disable()
 
 

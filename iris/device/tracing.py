@@ -210,9 +210,13 @@ def _index_order(ptr):
 
 
 @triton.jit
-def _earlier(address_a, index_a, address_b, index_b):
-    take_a = index_a < index_b
-    return tl.where(take_a, address_a, address_b), tl.where(take_a, index_a, index_b)
+def _add(a, b):
+    return a + b
+
+
+@triton.jit
+def _add_pairs(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
 
 
 @triton.jit
@@ -222,26 +226,33 @@ def _touched(ptr, mask, local_base):
     The offset is the first element's in row-major order (element ``[0, 0]`` of a tile),
     whether or not the mask leaves it active: the lowest byte touched for every block
     whose addresses ascend and whose mask cuts its end (tiles, flat ranges). Naming the
-    first element costs a kernel almost no registers (the compiler folds the reduction
-    to one address per thread); the lowest of all active addresses would keep every
-    address of the block live, which in a GEMM epilogue costs ~45 registers per thread
-    and halves occupancy even while tracing is disabled (docs/tracing.md). Blocks of
-    four or more dimensions still take the lowest address.
+    first element costs a kernel almost no registers: each thread keeps the first
+    element's address if it holds it and 0 otherwise, and a sum gives it; the lowest of
+    all active addresses would keep every address of the block live, which in a GEMM
+    epilogue costs ~45 registers per thread and halves occupancy even while tracing is
+    disabled (docs/tracing.md). The first address and the count of active lanes are
+    summed in one reduction, so a masked op exchanges partial results between warps
+    once, not twice. Blocks of four or more dimensions still take the lowest address.
     """
     if _is_block(ptr.type):
         addresses = ptr.to(tl.int64)
         if _rank_of(ptr.type) <= 3:
-            # Flattened as tl.reduce(axis=None) flattens a tuple (which the interpreter
-            # cannot): the two reshapes may reorder elements, the same way, so pairs stay pairs.
-            flat_addresses = tl.reshape(addresses, [_numel(ptr.type)], can_reorder=True)
-            flat_index = tl.reshape(_index_order(ptr), [_numel(ptr.type)], can_reorder=True)
-            first, _ = tl.reduce((flat_addresses, flat_index), 0, _earlier)
+            # Sums do not care about order, so the reshapes may reorder elements.
+            firsts = tl.where(_index_order(ptr) == 0, addresses, 0)
+            flat_firsts = tl.reshape(firsts, [_numel(ptr.type)], can_reorder=True)
+            if mask is None:
+                first = tl.reduce(flat_firsts, 0, _add)
+                count = _numel(ptr.type)
+            else:
+                active = tl.broadcast_to(mask != 0, ptr.shape).to(tl.int64)
+                flat_active = tl.reshape(active, [_numel(ptr.type)], can_reorder=True)
+                first, count = tl.reduce((flat_firsts, flat_active), 0, _add_pairs)
         else:
             first = tl.min(addresses)
-        if mask is None:
-            count = _numel(ptr.type)
-        else:
-            count = tl.sum((mask != 0).to(tl.int64))
+            if mask is None:
+                count = _numel(ptr.type)
+            else:
+                count = tl.sum(tl.broadcast_to(mask != 0, ptr.shape).to(tl.int64))
     else:
         first = ptr.to(tl.int64)
         count = 1

@@ -82,7 +82,12 @@ def kernels(bases: str):
     pull.update(
         K_local="i32", stride_bias="i32", cur_rank="i32", world_size="i32", heap_bases=bases, **strides
     )
-    yield "pull_gather_matmul", pull_gather_matmul_kernel, pull, {**square, "GROUP_M": 8, "HAS_BIAS": True}
+    yield (
+        "pull_gather_matmul",
+        pull_gather_matmul_kernel,
+        pull,
+        {**square, "GROUP_M": 8, "EVEN_K": True, "HAS_BIAS": True},
+    )
     context = "*i64" if bases == "*u64" else "*u64"  # the traced context is the uint64 view
     scatter = {"a": "*bf16", "b": "*bf16", "partial": "*bf16", "out": "*bf16", "locks": "*i32", "M": "i32"}
     scatter.update(N="i32", K="i32", stride_pm="i32", stride_pn="i32", context=context, **strides)

@@ -453,7 +453,7 @@ class Ops:
         if has_bias:
             _check_bias("all_gather_matmul", bias, M, A)
         tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
-        options = gemm_launch_options(cfg)
+        options = gemm_launch_options(cfg, K_local)
         # Every rank's shard is in place before anyone reads it.
         steps = [ctx.device_barrier, PreparedLaunch(
             pull_gather_matmul_kernel, (tiles,),

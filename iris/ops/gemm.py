@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from ..device import intrinsics as hw
-from ..device import tracing
+from ..device import rma, tracing
 
 #: Compute scope ids the ops record (named on the host by ``iris.ops.Ops``); user code
 #: tends to use the low scope numbers, so the ops keep clear of them.
@@ -66,11 +66,20 @@ def tile_gemm(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
+    acc=None,
+    a_rank=None,
+    cur_rank=None,
+    heap_bases=None,
 ):
-    """fp32 accumulator of tile ``(pid_m, pid_n)`` of ``A (M x K) @ B (K x N)``.
+    """fp32 accumulator of tile ``(pid_m, pid_n)`` of ``A (M x K) @ B (K x N)`` (plus ``acc`` if given).
+
+    With ``a_rank``, ``A`` is read from that rank's heap at the address ``a`` has on
+    ``cur_rank`` (:func:`iris.load`: traced, and routed across nodes); ``B`` stays local.
 
     Example:
         >>> acc = tile_gemm(a, b, pid_m, pid_n, M, N, K, K, 1, N, 1, 128, 256, 64, True)
+        >>> acc = tile_gemm(a, b2, pid_m, pid_n, M, N, K, K, 1, N, 1, 128, 256, 64, True,
+        ...                 acc, peer, cur_rank, heap_bases)   # + the peer's A @ b2
         >>> tl.store(c + offsets, acc.to(tl.bfloat16), mask=mask)
     """
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -83,15 +92,24 @@ def tile_gemm(
     rk = tl.arange(0, BLOCK_K)
     a_ptrs = a + ram[:, None] * stride_am + rk[None, :] * stride_ak
     b_ptrs = b + rk[:, None] * stride_bk + rbn[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if acc is None:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # A full last K step needs no mask, and a load without a mask takes no ``other``.
+    pad = None if EVEN_K else 0.0
     for k in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            tile_a = tl.load(a_ptrs)
-            tile_b = tl.load(b_ptrs)
-        else:
+        a_mask = None
+        b_mask = None
+        if not EVEN_K:
             k_left = K - k * BLOCK_K
-            tile_a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
-            tile_b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+            a_mask = rk[None, :] < k_left
+            b_mask = rk[:, None] < k_left
+        if a_rank is None:
+            tile_a = tl.load(a_ptrs, mask=a_mask, other=pad)
+        else:
+            tile_a = rma.load(
+                a_ptrs, cur_rank, a_rank, heap_bases, mask=a_mask, other=pad, pid_m=pid_m, pid_n=pid_n
+            )
+        tile_b = tl.load(b_ptrs, mask=b_mask, other=pad)
         acc = tl.dot(hw.dot_operand(tile_a), hw.dot_operand(tile_b), acc)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk

@@ -33,6 +33,7 @@ from .schema import (  # noqa: F401
     W_VALUE,
     W_WHERE,
     WAIT_EVENTS,
+    WHERE_OP_INDEX_SHIFT,
     event_name,
 )
 
@@ -109,7 +110,7 @@ def decode_records(records: np.ndarray, counts: np.ndarray, capacity: int) -> np
     events["path"] = (ident >> IDENT_PATH_SHIFT) & 0xFF
     events["xcc_id"] = 0  # Hopper has no XCC: kept for the format (AMD Iris traces have one)
     events["pid"] = where & 0xFFFFFFFF
-    events["op_index"] = where >> 32
+    events["op_index"] = where >> WHERE_OP_INDEX_SHIFT
     events["pid_m"] = (tile & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
     events["pid_n"] = tile >> 32
     events["start_ns"] = raw[:, W_START]

@@ -127,6 +127,8 @@ def event_name(event_id: int, scope_names: dict[int, str] | None = None) -> str:
 # ---------------------------------------------------------------- the trace record
 RECORD_WORDS = 8
 W_START, W_END, W_ADDRESS, W_BYTES, W_IDENT, W_WHERE, W_TILE, W_VALUE = range(RECORD_WORDS)
+#: Bit position of ``op_index`` (the record's slot in its SM's region) in the W_WHERE word.
+WHERE_OP_INDEX_SHIFT = 32
 #: Bit positions in the ``ident`` word (W_IDENT) and the widths of its fields.
 IDENT_EVENT_BITS = 8
 IDENT_CUR_RANK_SHIFT, IDENT_TARGET_SHIFT, IDENT_CU_SHIFT = 8, 24, 40

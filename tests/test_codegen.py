@@ -118,7 +118,8 @@ def test_the_barrier_check_finds_a_loop_with_two_entries():
 def test_traced_variant_reads_the_timer_and_sm(ptx_report):
     traced = ptx_report["put_traced"]
     assert "'%globaltimer': 2" in traced and "'%smid'" in traced
-    assert "atom.global.gpu.relaxed.add" in traced  # per-SM slot claim, not a system-wide atomic
+    # A per-SM slot claim (gpu scope), not a system-wide atomic; one thread's, in inline PTX.
+    assert re.search(r"atom\.(global\.gpu\.relaxed|relaxed\.gpu\.global)\.add", traced), traced
 
 
 def test_the_tracing_switch_is_read_once_before_a_loop_of_traced_ops(ptx_report):
@@ -130,8 +131,9 @@ def test_the_tracing_switch_is_read_once_before_a_loop_of_traced_ops(ptx_report)
 
 def test_a_traced_masked_put_exchanges_between_warps_once(ptx_report):
     # The first address and the active-lane count are summed in one reduction (two
-    # barriers), then the slot claim's broadcast (two): it was seven with two reductions.
-    assert int(ptx_report["traced_put_cta_barriers"]) <= 4, ptx_report["traced_put_cta_barriers"]
+    # barriers); thread 0 alone claims the slot and writes the record, so no barrier
+    # hands the slot to the other threads. It was seven: two reductions and a broadcast.
+    assert int(ptx_report["traced_put_cta_barriers"]) <= 2, ptx_report["traced_put_cta_barriers"]
 
 
 @pytest.mark.skipif(

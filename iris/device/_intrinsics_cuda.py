@@ -2,6 +2,7 @@
 
 import triton
 import triton.language as tl
+from triton.runtime.jit import constexpr_function
 
 from ..config import static_wait_timeout_ns
 
@@ -169,6 +170,60 @@ def copy_alone(destination, source, count):
             pack=1,
         )
         store_alone(destination + index, word)
+
+
+@constexpr_function
+def _record_asm(slot_word, slot_shift):
+    # PTX for write_record: operands $1 counter, $2 capacity, $3 region base, $4 dropped
+    # counter, $5..$12 the record's words; word ``slot_word`` gets the slot << slot_shift.
+    words = [f"${5 + i}" for i in range(8)]
+    words[slot_word] = "rec_slot_word"
+    stores = "".join(
+        f"@rec_room st.global.v2.b64 [rec_addr+{16 * i}], {{{words[2 * i]}, {words[2 * i + 1]}}};\n\t"
+        for i in range(4)
+    )
+    return (
+        "{\n\t.reg .pred rec_lead, rec_room, rec_full;\n\t.reg .u32 rec_tid, rec_slot;\n\t"
+        ".reg .u64 rec_wide, rec_addr, rec_slot_word;\n\t"
+        "mov.u32 rec_tid, %tid.x;\n\tsetp.eq.u32 rec_lead, rec_tid, 0;\n\tmov.u32 rec_slot, 0;\n\t"
+        "@rec_lead atom.relaxed.gpu.global.add.u32 rec_slot, [$1], 1;\n\t"
+        "setp.lt.and.u32 rec_room, rec_slot, $2, rec_lead;\n\t"
+        "setp.ge.and.u32 rec_full, rec_slot, $2, rec_lead;\n\t"
+        "cvt.u64.u32 rec_wide, rec_slot;\n\t"
+        "mad.lo.u64 rec_addr, rec_wide, 64, $3;\n\t"
+        f"shl.b64 rec_slot_word, rec_wide, {slot_shift};\n\t"
+        f"or.b64 rec_slot_word, rec_slot_word, ${5 + slot_word};\n\t"
+        + stores
+        + "@rec_full red.relaxed.gpu.global.add.u32 [$4], 1;\n\t"
+        "selp.b64 $0, rec_wide, -1, rec_room;\n\t}"
+    )
+
+
+@triton.jit
+def write_record(
+    counter, capacity, records, dropped, w0, w1, w2, w3, w4, w5, w6, w7,
+    SLOT_WORD: tl.constexpr, SLOT_SHIFT: tl.constexpr,
+):  # fmt: skip
+    """Claim the next slot of ``counter`` and write the 64-byte record there, from thread 0 alone.
+
+    The eight int64 words go out in order, word ``SLOT_WORD`` with the slot's index
+    or'd in at bit ``SLOT_SHIFT``; a full region (``capacity`` slots taken) adds 1 to
+    ``dropped`` instead. Returns the slot (or -1 when full) in thread 0 and -1 in every
+    other thread. One thread does all of it: Triton's scalar atomic would hand the slot
+    to every thread through shared memory behind two CTA barriers, making every warp
+    wait for the atomic's round trip to L2; here only thread 0's warp does.
+    """
+    return tl.inline_asm_elementwise(
+        _record_asm(SLOT_WORD, SLOT_SHIFT),
+        "=l,l,r,l,l,l,l,l,l,l,l,l,l",
+        [
+            counter.to(tl.int64), capacity.to(tl.int32), records.to(tl.int64), dropped.to(tl.int64),
+            w0, w1, w2, w3, w4, w5, w6, w7,
+        ],
+        dtype=tl.int64,
+        is_pure=False,
+        pack=1,
+    )  # fmt: skip
 
 
 @triton.jit

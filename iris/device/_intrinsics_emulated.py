@@ -121,6 +121,24 @@ def store_alone(pointer, value):
     tl.store(pointer, value)
 
 
+def write_record(counter, capacity, records, dropped, *words_and_slot):
+    # One program runs at a time: the claim, the record and the drop count need no care.
+    *words, slot_word, slot_shift = words_and_slot
+    slot = tl.atomic_add(counter, 1, sem="relaxed", scope="gpu")
+    if int(_values(slot).reshape(-1)[0]) >= int(_values(capacity).reshape(-1)[0]):
+        tl.atomic_add(dropped, 1, sem="relaxed", scope="gpu")
+        return tl.full([], -1, tl.int64)
+    slot = slot.to(tl.int64)
+    word = tl.arange(0, len(words))
+    record = tl.zeros([len(words)], tl.int64)
+    for index, value in enumerate(words):
+        if index == getattr(slot_word, "value", slot_word):
+            value = tl.cast(value, tl.int64) | (slot << getattr(slot_shift, "value", slot_shift))
+        record = tl.where(word == index, tl.cast(value, tl.int64), record)
+    tl.store(records + slot * len(words) + word, record)
+    return slot
+
+
 #: Words per step of ``copy_alone``: the interpreter is faster on blocks than on scalars.
 _COPY_BLOCK = 1024
 

@@ -25,6 +25,7 @@ if BACKEND == "emulated":
         store_alone,
         timer_ns,
         wait_expired,
+        write_record,
     )
 else:
     from ._intrinsics_cuda import (
@@ -46,6 +47,7 @@ else:
         store_alone,
         timer_ns,
         wait_expired,
+        write_record,
     )
 
 __all__ = [
@@ -67,4 +69,5 @@ __all__ = [
     "store_alone",
     "timer_ns",
     "wait_expired",
+    "write_record",
 ]

@@ -13,8 +13,9 @@ compiler reads it once per kernel, not after every op.
 
 **Where events go.** The context's tracing slots (``iris.device.layout``) hold the
 tracing state; the buffers are on the symmetric heap. Events are spread over one
-region per SM: an op claims a slot with an atomic on its own SM's counter (no
-GPU-wide serialisation) and writes one 64-byte record; a full region counts the
+region per SM: thread 0 of the program claims a slot with an atomic on its own SM's
+counter (no GPU-wide serialisation) and writes the 64-byte record itself, so no other
+thread waits for the claim (``intrinsics.write_record``); a full region counts the
 event as dropped instead.
 
 The record layout and every event id are in ``iris_trace.schema``, the one place
@@ -66,7 +67,15 @@ _PATH_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_PATH_SHIFT)
 #: How an op reached its target: a mapped pointer (within a node) or the cross-node path.
 PATH_MAPPED: tl.constexpr = tl.constexpr(schema.PATH_MAPPED)
 PATH_CROSS_NODE: tl.constexpr = tl.constexpr(schema.PATH_CROSS_NODE)
-_END_WORD: tl.constexpr = tl.constexpr(schema.W_END)
+_W_START: tl.constexpr = tl.constexpr(schema.W_START)
+_W_END: tl.constexpr = tl.constexpr(schema.W_END)
+_W_ADDRESS: tl.constexpr = tl.constexpr(schema.W_ADDRESS)
+_W_BYTES: tl.constexpr = tl.constexpr(schema.W_BYTES)
+_W_IDENT: tl.constexpr = tl.constexpr(schema.W_IDENT)
+_W_WHERE: tl.constexpr = tl.constexpr(schema.W_WHERE)
+_W_TILE: tl.constexpr = tl.constexpr(schema.W_TILE)
+_W_VALUE: tl.constexpr = tl.constexpr(schema.W_VALUE)
+_OP_INDEX_SHIFT: tl.constexpr = tl.constexpr(schema.WHERE_OP_INDEX_SHIFT)
 
 
 BARRIER_WAIT: tl.constexpr = tl.constexpr(schema.BARRIER_WAIT)
@@ -343,43 +352,38 @@ def _write(
     path=0,
 ):
     # ``lane`` >= 0 files the event under that lane id instead of the SM it ran on.
-    # Returns the record's index in the buffer (-1: the region was full, the event dropped).
+    # Returns the record's index in the buffer (-1: the region was full, the event
+    # dropped; also -1 in every thread but the one that wrote it, hw.write_record).
     capacity = tl.load(slots + SLOT_REGION_CAPACITY)
     sm = hw.sm_id()
     region = sm % tl.load(slots + SLOT_NUM_REGIONS)
     if lane >= 0:
         sm = lane
     counters = tl.load(slots + SLOT_COUNTERS).to(tl.pointer_type(tl.int32))
-    index = tl.atomic_add(counters + region * COUNTER_STRIDE, 1, sem="relaxed", scope="gpu")
-    written = tl.full([], -1, tl.int64)
-    if index < capacity:
-        records = tl.load(slots + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
-        ident = (
-            event
-            | (cur_rank.to(tl.int64) << _CUR_RANK_SHIFT)
-            | ((tl.cast(target_rank, tl.int64) & 0xFFFF) << _TARGET_SHIFT)
-            | ((sm.to(tl.int64) & 0xFFFF) << _CU_SHIFT)
-            | (tl.cast(path, tl.int64) << _PATH_SHIFT)
-        )
-        where = (_linear_pid().to(tl.int64) & 0xFFFFFFFF) | (index.to(tl.int64) << 32)
-        tile = (tl.cast(pid_m, tl.int64) & 0xFFFFFFFF) | (tl.cast(pid_n, tl.int64) << 32)
-        word = tl.arange(0, RECORD_WORDS)
-        # One lane per word of the record, so the 64 bytes go out as one vector store.
-        words = tl.zeros([RECORD_WORDS], tl.int64)
-        words = tl.where(word == 0, tl.cast(start, tl.int64), words)
-        words = tl.where(word == 1, tl.cast(stop, tl.int64), words)
-        words = tl.where(word == 2, tl.cast(offset, tl.int64), words)
-        words = tl.where(word == 3, tl.cast(nbytes, tl.int64), words)
-        words = tl.where(word == 4, ident, words)
-        words = tl.where(word == 5, where, words)
-        words = tl.where(word == 6, tile, words)
-        words = tl.where(word == 7, tl.cast(value, tl.int64), words)
-        written = region.to(tl.int64) * capacity + index
-        tl.store(records + written * RECORD_WORDS + word, words)
-    else:
-        dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))
-        tl.atomic_add(dropped + region * COUNTER_STRIDE, 1, sem="relaxed", scope="gpu")
-    return written
+    dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))
+    records = tl.load(slots + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
+    ident = (
+        event
+        | (cur_rank.to(tl.int64) << _CUR_RANK_SHIFT)
+        | ((tl.cast(target_rank, tl.int64) & 0xFFFF) << _TARGET_SHIFT)
+        | ((sm.to(tl.int64) & 0xFFFF) << _CU_SHIFT)
+        | (tl.cast(path, tl.int64) << _PATH_SHIFT)
+    )
+    where = _linear_pid().to(tl.int64) & 0xFFFFFFFF  # the slot's index is or'd in when claimed
+    tile = (tl.cast(pid_m, tl.int64) & 0xFFFFFFFF) | (tl.cast(pid_n, tl.int64) << 32)
+    tl.static_assert(
+        (_W_START == 0) & (_W_END == 1) & (_W_ADDRESS == 2) & (_W_BYTES == 3) & (_W_IDENT == 4)
+        & (_W_TILE == 6) & (_W_VALUE == 7),
+        "hw.write_record takes the record's words in iris_trace.schema's order",
+    )  # fmt: skip
+    region_records = records + region.to(tl.int64) * capacity * RECORD_WORDS
+    slot = hw.write_record(
+        counters + region * COUNTER_STRIDE, capacity, region_records, dropped + region * COUNTER_STRIDE,
+        tl.cast(start, tl.int64), tl.cast(stop, tl.int64), tl.cast(offset, tl.int64),
+        tl.cast(nbytes, tl.int64), ident, where, tile, tl.cast(value, tl.int64),
+        _W_WHERE, _OP_INDEX_SHIFT,
+    )  # fmt: skip
+    return tl.where(slot >= 0, region.to(tl.int64) * capacity + slot, -1)
 
 
 #: A copy-engine put (``iris.copy_engine``): not an SM op, so it is filed under the lane
@@ -470,4 +474,4 @@ def record_event_end(heap_bases, handle):
     if compiled_in(heap_bases.dtype):
         if handle >= 0:
             records = tl.load(layout.tracing_slots(heap_bases) + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
-            tl.store(records + handle * RECORD_WORDS + _END_WORD, hw.timer_ns())
+            tl.store(records + handle * RECORD_WORDS + _W_END, hw.timer_ns())

@@ -9,7 +9,7 @@ keeps 16-byte vector accesses and which scope the atomics and flag reads use.
 ``tracing_switch_reads`` counts a traced loop of puts' reads of tracing's run-time
 switch, and how many of them sit inside the loop (0: read once per kernel);
 ``traced_put_cta_barriers`` the CTA barriers of one traced, masked put (the record's
-reduction over the block and the broadcast of its claimed slot). The last
+reduction over the block; thread 0 claims the slot and writes the record alone). The last
 lines name kernels with CTA barriers inside loops of more than one entry
 (:func:`barriers_in_multi_entry_loops`) and wait kernels with CTA barriers inside
 their spin loops (:func:`barriers_in_loops`); both should read ``{}``.

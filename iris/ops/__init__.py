@@ -447,7 +447,7 @@ class Ops:
         if cfg.variant not in ("auto", "fused"):
             raise ValueError(
                 "iris.ops.all_gather_matmul: gathering A by columns runs fused only, got variant "
-                f"{config.variant!r}"
+                f"{cfg.variant!r}"
             )
         has_bias = bias is not None
         if has_bias:

@@ -64,6 +64,7 @@ from .config import (
     gemm_launch_options,
     last_wave_split,
     split_sm_registers,
+    upstream_setting,
 )
 from .copy_plans import (
     all_gather_matmul_plan,
@@ -246,8 +247,9 @@ class Ops:
         self._run(
             key, lambda: self._plan_gemm_reduce("matmul_all_reduce", out, A, B, False, async_op, config)
         )
-        variant = (config or FusedConfig()).all_reduce_variant
-        _fill_workspace(workspace, "matmul_all_reduce", A, B, self._ctx, variant)
+        _fill_workspace(
+            workspace, "matmul_all_reduce", A, B, self._ctx, upstream_setting(config, "all_reduce_variant")
+        )
         return out
 
     def matmul_reduce_scatter(self, out, A, B, bias=None, async_op=False, config=None, workspace=None):
@@ -432,9 +434,7 @@ class Ops:
         # Upstream Iris's all_gather_matmul: A sharded by columns, read from the peers' heaps.
         ctx = self._ctx
         rank, world = ctx.get_rank(), ctx.get_num_ranks()
-        M, K_local = A.shape
-        N = B.shape[1]
-        _check_dtypes("all_gather_matmul", A, B)
+        M, K_local, N = _gemm_dims("all_gather_matmul", A, B, shards=world)
         _check_out("all_gather_matmul", out, (M, N), A, ctx, symmetric=False)
         if not ctx.is_symmetric(A):
             raise ValueError(
@@ -606,10 +606,12 @@ def _sm_sharing_launches(cfg, launch, gemm_programs, comm_programs):
 SHARING_BACKOFF_NS = 500
 
 
-def _gemm_dims(name, A, B):
+def _gemm_dims(name, A, B, shards: int = 1):
+    # (rows of A, columns of A, columns of B); B has ``shards`` times A's columns as rows
+    # (more than 1 where A is one rank's column shard).
     if A.dim() != 2 or B.dim() != 2:
         raise ValueError(f"iris.ops.{name}: A and B must be 2-D, got {tuple(A.shape)} and {tuple(B.shape)}")
-    if A.shape[1] != B.shape[0]:
+    if A.shape[1] * shards != B.shape[0]:
         raise ValueError(
             f"iris.ops.{name}: A is {tuple(A.shape)} but B is {tuple(B.shape)} (inner dims differ)"
         )
@@ -645,15 +647,6 @@ def _scatters_tiles(out, A, B, world: int) -> bool:
     if world == 1 or A.dim() != 2 or B.dim() != 2 or out.dim() != 2:
         return False
     return tuple(out.shape) == (A.shape[0], B.shape[1])
-
-
-def _check_dtypes(name, A, B):
-    if A.dim() != 2 or B.dim() != 2:
-        raise ValueError(f"iris.ops.{name}: A and B must be 2-D, got {tuple(A.shape)} and {tuple(B.shape)}")
-    if A.dtype != B.dtype or A.dtype not in _DTYPES:
-        raise TypeError(
-            f"iris.ops.{name}: A and B must share a dtype among {_DTYPES}, got {A.dtype}, {B.dtype}"
-        )
 
 
 def _check_bias(name, bias, rows: int, A):

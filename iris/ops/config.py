@@ -233,6 +233,16 @@ class FusedConfig:
         return dataclasses.replace(self, **_upstream_keywords(changes, self.upstream))
 
 
+def upstream_setting(config: FusedConfig | None, name: str):
+    """Upstream Iris's setting ``name`` of ``config``, or upstream's default when ``config`` is None.
+
+    Example:
+        >>> upstream_setting(None, "all_reduce_variant")
+        'two_shot'
+    """
+    return UPSTREAM_ONLY[name] if config is None else getattr(config, name)
+
+
 _fields_init = FusedConfig.__init__
 
 

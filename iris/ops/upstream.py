@@ -16,14 +16,20 @@ Example:
 
 from __future__ import annotations
 
-from .config import FusedConfig
+from .config import FusedConfig, upstream_setting
 from .workspace import FusedWorkspace
 
 
-def _prepared(shmem, operation, A, B, config, workspace, variant=""):
+def _checked(shmem, config, workspace) -> FusedWorkspace:
+    # Upstream validates the config against the world size; the op fills the workspace in.
     if config is not None:
         config.validate(world_size=shmem.get_num_ranks())
-    workspace = workspace if workspace is not None else FusedWorkspace()
+    return workspace if workspace is not None else FusedWorkspace()
+
+
+def _prepared(shmem, operation, A, B, config, workspace, variant=""):
+    # A preamble: nothing runs, so it describes the call itself.
+    workspace = _checked(shmem, config, workspace)
     workspace.describe(operation, A, B, shmem.get_num_ranks(), variant)
     return workspace
 
@@ -45,7 +51,7 @@ def matmul_all_reduce_preamble(
     Example:
         >>> ws = iris.ops.matmul_all_reduce_preamble(ctx, out, a, b)
     """
-    variant = (config or FusedConfig()).all_reduce_variant
+    variant = upstream_setting(config, "all_reduce_variant")
     workspace = _prepared(shmem, "matmul_all_reduce", A, B, config, workspace, variant)
     C.zero_()
     shmem.barrier()
@@ -60,7 +66,7 @@ def matmul_all_reduce(
     Example:
         >>> ws = iris.ops.matmul_all_reduce(ctx, out, a, b)
     """
-    workspace = _prepared(shmem, "matmul_all_reduce", A, B, config, workspace)
+    workspace = _checked(shmem, config, workspace)
     shmem.ops.matmul_all_reduce(C, A, B, async_op=async_op, config=config, workspace=workspace)
     return workspace
 
@@ -92,7 +98,7 @@ def all_gather_matmul(
         >>> ws = iris.ops.all_gather_matmul(ctx, out, a_shard, b)
     """
     _shard_width_matches(shmem, A_sharded, B)
-    workspace = _prepared(shmem, "all_gather_matmul", A_sharded, B, config, workspace)
+    workspace = _checked(shmem, config, workspace)
     shmem.ops.all_gather_matmul(
         output_tensor, A_sharded, B, bias=bias, async_op=async_op, config=config, workspace=workspace
     )
@@ -121,7 +127,7 @@ def matmul_all_gather(
     Example:
         >>> ws = iris.ops.matmul_all_gather(ctx, out, a, b)
     """
-    workspace = _prepared(shmem, "matmul_all_gather", A, B, config, workspace)
+    workspace = _checked(shmem, config, workspace)
     shmem.ops.matmul_all_gather(
         output_tensor, A, B, bias=bias, async_op=async_op, config=config, workspace=workspace
     )
@@ -152,6 +158,6 @@ def matmul_reduce_scatter(
     Example:
         >>> ws = iris.ops.matmul_reduce_scatter(ctx, out, a, b, config=FusedConfig(block_size_m=64))
     """
-    workspace = _prepared(shmem, "matmul_reduce_scatter", A, B, config, workspace, "two_shot")
+    workspace = _checked(shmem, config, workspace)
     shmem.ops.matmul_reduce_scatter(C, A, B, async_op=async_op, config=config, workspace=workspace)
     return workspace

@@ -31,6 +31,6 @@ fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   for bench in ${BENCHES:-put_get_bandwidth tracing_overhead collectives fused_ops}; do
     timeout "${BENCH_TIMEOUT:-300}" python -m iris.run -n "$gpus" "benchmarks/$bench.py" \
-      --out "$out/${bench}_h200x${gpus}.json" 2>&1 | grep -v -e Warning -e "^\[rank" | tee "$out/${bench}_h200x${gpus}.log"
+      --out "$out/${bench}_${tag}.json" 2>&1 | grep -v -e Warning -e "^\[rank" | tee "$out/${bench}_${tag}.log"
   done
 fi

@@ -35,11 +35,11 @@ if [[ " $parts " == *" tracing "* ]]; then
   for tree in ${BEFORE:+"$BEFORE"} .; do
     name=$([ "$tree" = . ] && echo after || echo before)
     (cd "$tree" && PYTHONPATH=$PWD:${site#*:} timeout 150 python -m iris.run -n 2 benchmarks/tracing_overhead.py \
-      --breakdown --iters 100 --trials 9 --out "$out/tracing_overhead_h200x2_$name.json" 2>&1 | grep -v Warning | tail -8)
+      --breakdown --iters 100 --trials 9 --out "$out/tracing_overhead_${tag}_$name.json" 2>&1 | grep -v Warning | tail -8)
   done
 fi
 if [[ " $parts " == *" fused "* ]]; then
-  timeout 240 python -m iris.run -n 2 benchmarks/fused_ops.py --iters 50 --out "$out/fused_ops_h200x2.json" \
+  timeout 240 python -m iris.run -n 2 benchmarks/fused_ops.py --iters 50 --out "$out/fused_ops_${tag}.json" \
     2>&1 | grep -v Warning | tail -40
 fi
 if [[ " $parts " == *" crossnode "* ]]; then

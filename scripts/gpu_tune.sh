@@ -4,7 +4,7 @@
 # and the fused GEMM + all-scatter over tile shapes and communication programs.
 #   bash scripts/gpu_tune.sh          results in $OUT (device tool) or ./out
 #   SKIP_TESTS=1 / PARTS="small large pushed fused fused_helpers fused_shared fused_rows fused_split fused_copies copy_engine collectives collectives_small fused_ops"
-#   (the last three write the results of record: collectives_h200x4.json, ...)
+#   (the last three write the results of record: collectives_<card>x<count>.json, ...)
 set -u
 # shellcheck source=scripts/gpu_env.sh
 . "$(dirname "$0")/gpu_env.sh"
@@ -43,5 +43,5 @@ for part in ${PARTS-small large fused}; do  # PARTS="" runs the tests only
   case $part in small|large|pushed|fused|fused_helpers|fused_shared|fused_rows|fused_split|fused_copies) name=tune_$part ;; *) name=$part ;; esac
   # shellcheck disable=SC2086
   timeout "${BENCH_TIMEOUT:-240}" python -m iris.run -n "$gpus" "benchmarks/$bench.py" $args \
-    --out "$out/${name}_h200x${gpus}.json" 2>&1 | quiet | tail -60
+    --out "$out/${name}_${tag}.json" 2>&1 | quiet | tail -60
 done

@@ -290,7 +290,9 @@ def test_auto_fuses_only_large_multi_rank_problems():
     # GEMM + all-scatter to one peer pushes from the computing programs, or for deep GEMMs
     # with several tiles per SM lets the copy engines push (not across nodes)
     assert choose_variant(cfg, 4096, 7168, 4096, 2, 132, "matmul_all_gather") == "fused_sequential"
-    assert choose_variant(cfg, 1024, 4096, 8192, 2, 132, "matmul_all_gather") == "fused_sequential"
+    assert choose_variant(cfg, 1024, 7168, 4096, 2, 132, "matmul_all_gather") == "fused_sequential"
+    # ... and below two waves (1.9 tiles per SM) leaves it to cuBLAS and the all-scatter kernel
+    assert choose_variant(cfg, 1024, 4096, 8192, 2, 132, "matmul_all_gather") == "unfused"
     assert choose_variant(cfg, 4096, 4096, 8192, 2, 132, "matmul_all_gather") == "copy_engine"
     deep = (cfg, 4096, 4096, 8192, 2, 132, "matmul_all_gather")
     assert choose_variant(*deep, spans_nodes=True) == "fused_sequential"
@@ -395,7 +397,9 @@ def _gpu_default_body(rank, world_size, dtype_name):
         a, b = _inputs(ctx, rank, (m, k), (k, n), dtype, 0)
         local = a.float() @ b.float()
         scatter_variants = ("fused", "unfused", "bulk_synchronous", "fused_sequential", "producer_consumer")
-        scatter = {variant: _default(ctx, m, n, k, variant) for variant in (*scatter_variants, "copy_engine")}
+        if not ctx.spans_nodes:  # the copy engines reach only this node's GPUs
+            scatter_variants += ("copy_engine",)
+        scatter = {variant: _default(ctx, m, n, k, variant) for variant in scatter_variants}
         for warps in (1, 4):  # consumers beside the GEMM on every SM
             scatter[f"producer_consumer[{warps} warps]"] = scatter["producer_consumer"].replace(
                 consumer_warps=warps
@@ -407,7 +411,7 @@ def _gpu_default_body(rank, world_size, dtype_name):
             parts = torch.empty(world_size * m, n, device=a.device)
             reference.all_gather_into_tensor(parts, local)
             errors[f"all_gather/{label}"] = _relative_error(out, torch.cat(parts.split(m), dim=1).cpu())
-        for variant in ("fused", "unfused", "copy_engine"):
+        for variant in ("fused", "unfused") if ctx.spans_nodes else ("fused", "unfused", "copy_engine"):
             if variant != "copy_engine":
                 out = ctx.full((m, n), float("nan"), dtype=dtype)
                 ctx.ops.matmul_all_reduce(out, a, b, config=_default(ctx, m, n, k, variant))
@@ -487,6 +491,8 @@ def _graph_body(rank, world_size):
             ("matmul_all_reduce", config("fused")),
             ("matmul_reduce_scatter", config("copy_engine")),
         ]
+        if ctx.spans_nodes:  # the copy engines reach only this node's GPUs
+            cases = [(op, cfg) for op, cfg in cases if cfg.variant != "copy_engine"]
         errors = {}
         for op, cfg in cases:
             a.normal_(), b.normal_()

@@ -24,8 +24,9 @@ def _gathered(tensor, dim):
 
 
 def _max_error(got, want):
+    """Largest error relative to the largest expected value (float32 dots run as TF32 on GPUs)."""
     assert not got.isnan().any(), "some outputs were never written"
-    return (got.float() - want.float()).abs().max().item()
+    return ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
 
 
 # ---------------------------------------------------------------- config (no ranks)
@@ -82,7 +83,7 @@ def _column_gather_body(rank, world_size, dtype_name, form, k_local=None):
         torch.manual_seed(10 + rank)
         a_shard = ctx.randn((M, k_local), dtype=dtype)
         b = _same_everywhere(ctx.randn((world_size * k_local, N), dtype=dtype))
-        bias = torch.randn(M, dtype=dtype)
+        bias = torch.randn(M, dtype=dtype, device=ctx.device)
         out = ctx.full((M, N), float("nan"), dtype=dtype)
         cfg = ops.FusedConfig(**CONFIG)
         if form == "module":
@@ -97,7 +98,7 @@ def _column_gather_body(rank, world_size, dtype_name, form, k_local=None):
 @pytest.mark.parametrize("form", ["module", "method"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_all_gather_matmul_gathers_columns_as_upstream(world, dtype, form):
-    tolerance = 1e-3 if dtype == "float32" else 0.5
+    tolerance = 1e-2 if dtype == "float32" else 5e-2
     for error in world.run(_column_gather_body, dtype, form):
         assert error < tolerance
 
@@ -105,7 +106,7 @@ def test_all_gather_matmul_gathers_columns_as_upstream(world, dtype, form):
 def test_all_gather_matmul_by_columns_masks_a_ragged_last_k_step(world):
     # 24 columns per rank in steps of 16: every shard, the peers' too, ends in a half step.
     for error in world.run(_column_gather_body, "float32", "method", 24):
-        assert error < 1e-3
+        assert error < 1e-2
 
 
 def _column_gather_errors_body(rank, world_size):
@@ -116,12 +117,14 @@ def _column_gather_errors_body(rank, world_size):
             ops.all_gather_matmul(ctx, out, ctx.randn((M, K // world_size + 1)), b)
         if world_size > 1:
             with pytest.raises(ValueError, match="symmetric heap"):
-                ctx.ops.all_gather_matmul(out, torch.randn(M, K // world_size), b)
+                ctx.ops.all_gather_matmul(out, torch.randn(M, K // world_size, device=ctx.device), b)
             with pytest.raises(ValueError, match="fused only"):
                 cfg = ops.FusedConfig(variant="unfused", **CONFIG)
                 ctx.ops.all_gather_matmul(out, ctx.randn((M, K // world_size)), b, config=cfg)
             with pytest.raises(ValueError, match="bias must have"):
-                ctx.ops.all_gather_matmul(out, ctx.randn((M, K // world_size)), b, bias=torch.zeros(N))
+                ctx.ops.all_gather_matmul(
+                    out, ctx.randn((M, K // world_size)), b, bias=torch.zeros(N, device=ctx.device)
+                )
 
 
 def test_all_gather_matmul_by_columns_says_what_is_wrong(world):
@@ -129,12 +132,12 @@ def test_all_gather_matmul_by_columns_says_what_is_wrong(world):
 
 
 # ---------------------------------------------------------------- matmul_reduce_scatter by tiles
-def _owned_tiles(rank, world_size, block_m, block_n):
+def _owned_tiles(rank, world_size, block_m, block_n, device):
     tiles_n = -(-N // block_n)
     total = -(-M // block_m) * tiles_n
     share = total // world_size
     last = total if rank == world_size - 1 else (rank + 1) * share
-    owned = torch.zeros(M, N, dtype=torch.bool)
+    owned = torch.zeros(M, N, dtype=torch.bool, device=device)
     for t in range(rank * share, last):
         pid_m, pid_n = divmod(t, tiles_n)
         owned[pid_m * block_m : (pid_m + 1) * block_m, pid_n * block_n : (pid_n + 1) * block_n] = True
@@ -156,9 +159,9 @@ def _tile_scatter_body(rank, world_size, form):
                 ctx.ops.matmul_reduce_scatter(out, a, b, config=cfg)
             total = a @ b
             dist.all_reduce(total)
-            want = torch.where(_owned_tiles(rank, world_size, 32, 32), total, 0.0)
+            want = torch.where(_owned_tiles(rank, world_size, 32, 32, out.device), total, 0.0)
             errors.append(_max_error(out, want))
-            a.copy_(torch.randn(M, K))
+            a.copy_(torch.randn(M, K, device=a.device))
             ctx.barrier()
         return max(errors)
 
@@ -166,7 +169,7 @@ def _tile_scatter_body(rank, world_size, form):
 @pytest.mark.parametrize("form", ["module", "method"])
 def test_matmul_reduce_scatter_keeps_each_ranks_tiles_as_upstream(world, form):
     for error in world.run(_tile_scatter_body, form):
-        assert error < 1e-3
+        assert error < 1e-2
 
 
 # ---------------------------------------------------------------- matmul_all_gather and matmul_all_reduce
@@ -174,7 +177,7 @@ def _all_gather_bias_body(rank, world_size, async_op):
     with iris.iris(1 << 24) as ctx:
         torch.manual_seed(30 + rank)
         a, b = ctx.randn((M, K)), _same_everywhere(ctx.randn((K, N)))
-        bias = torch.randn(M)
+        bias = torch.randn(M, device=ctx.device)
         out = ctx.full((world_size * M, N), float("nan"))
         ops.matmul_all_gather(ctx, out, a, b, bias=bias, async_op=async_op, config=ops.FusedConfig(**CONFIG))
         if async_op:
@@ -185,7 +188,7 @@ def _all_gather_bias_body(rank, world_size, async_op):
 @pytest.mark.parametrize("async_op", [False, True], ids=["sync", "async"])
 def test_matmul_all_gather_adds_each_ranks_bias_as_upstream(world, async_op):
     for error in world.run(_all_gather_bias_body, async_op):
-        assert error < 1e-3
+        assert error < 1e-2
 
 
 def _all_reduce_workspace_body(rank, world_size):
@@ -201,7 +204,7 @@ def _all_reduce_workspace_body(rank, world_size):
         total = a @ b
         dist.all_reduce(total)
         with pytest.raises(ValueError, match="bias is not supported"):
-            ctx.ops.matmul_all_reduce(out, a, b, torch.zeros(N))
+            ctx.ops.matmul_all_reduce(out, a, b, torch.zeros(N, device=ctx.device))
         with pytest.raises(TypeError, match="FusedWorkspace"):
             ctx.ops.matmul_all_reduce(out, a, b, workspace=out)
         return _max_error(out, total)
@@ -209,7 +212,7 @@ def _all_reduce_workspace_body(rank, world_size):
 
 def test_matmul_all_reduce_module_form_returns_its_workspace(world):
     for error in world.run(_all_reduce_workspace_body):
-        assert error < 1e-3
+        assert error < 1e-2
 
 
 def test_upstream_names_of_the_ops_module():

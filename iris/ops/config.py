@@ -52,6 +52,13 @@ COPY_ENGINE_MIN_ELEMENTS = 1 << 27
 SEQUENTIAL_SCATTER_MAX_PEERS = 1
 SCATTER_COPY_MIN_K = 8192
 SCATTER_COPY_MIN_TILES_PER_SM = 4.0
+#: ... and with one peer it fuses from this many 128 x 128 output tiles per SM; below, in
+#: under two waves, the last wave's pushes have no GEMM left to hide behind, and cuBLAS
+#: plus the all-scatter kernel won: at 1.9 tiles per SM (M = 1024, K = 8192) unfused
+#: reached 1.14x on 2 x H200 and 1.11x on 2 x H100 against fused_sequential's 1.07x and
+#: 1.06x, while at 3.4 tiles per SM (K = 4096) fused_sequential won on both by 2-4%
+#: (benchmarks/results/fused_ops_gemm_all_scatter_h200x2.json, fused_ops_h100x2.json).
+ONE_PEER_SCATTER_MIN_TILES_PER_SM = 2.0
 #: With one peer (two ranks), ``matmul_reduce_scatter`` and ``all_gather_matmul`` use the
 #: copy engines from this many per-rank output elements, and ``matmul_reduce_scatter``
 #: below it runs unfused: the exchange is one transfer to one peer, which the copy
@@ -478,7 +485,8 @@ def choose_variant(
     On GPUs it fuses when there is communication to hide (more than one rank) and
     enough work to hide it behind (see :data:`MIN_TILES_PER_SM`, :data:`MIN_K`;
     ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM`), GEMM + all-scatter with one
-    peer as ``fused_sequential`` or ``copy_engine`` (:data:`SEQUENTIAL_SCATTER_MAX_PEERS`); a large
+    peer as ``fused_sequential`` or ``copy_engine`` (:data:`SEQUENTIAL_SCATTER_MAX_PEERS`; unfused
+    below :data:`ONE_PEER_SCATTER_MIN_TILES_PER_SM`); a large
     ``matmul_reduce_scatter`` uses the copy engines (:data:`COPY_ENGINE_MIN_ELEMENTS`),
     except in jobs that span nodes (``spans_nodes``): copy engines reach only this node's GPUs.
     With one peer, ``matmul_reduce_scatter`` and ``all_gather_matmul`` use the copy engines
@@ -507,6 +515,8 @@ def choose_variant(
     if tiles < per_sm * num_sms:
         return "unfused"
     if op == "matmul_all_gather" and world_size - 1 <= SEQUENTIAL_SCATTER_MAX_PEERS:
+        if tiles < ONE_PEER_SCATTER_MIN_TILES_PER_SM * num_sms:
+            return "unfused"
         deep = k >= SCATTER_COPY_MIN_K and tiles >= SCATTER_COPY_MIN_TILES_PER_SM * num_sms
         return COPY_ENGINE if deep and not spans_nodes else "fused_sequential"
     return "fused"

@@ -220,7 +220,7 @@ def summarize_waits(groups: list[dict], world_size: int, lifecycle: dict | None 
             whom = f"rank {top['releaser_rank']}'s {top['producer']}"
         # Parts that round to 0% say nothing: leave them out.
         split = sorted(((top[p], p) for p in PARTS if top[p] * 200 >= top["wait_ns"] > 0), reverse=True)
-        reasons = "; ".join(f"{PART_WORDS[p]} for {100 * n / top['wait_ns']:.0f}%" for n, p in split)
+        reasons = "; ".join(f"{PART_WORDS[p]} ({100 * n / top['wait_ns']:.0f}%)" for n, p in split)
         waits = sum(g["waits"] for g in mine)
         lines.append(
             f"{100 * top['share']:.0f}% of wait time on rank {rank} ({_duration(total)} summed over "

@@ -147,7 +147,7 @@ def test_the_report_says_in_words_who_made_each_rank_wait():
     (line,) = summarize_waits(groups, world_size=2)
     assert line.startswith("96% of wait time on rank 1 (99 ns summed over 2 waits) is wait_until for rank 0")
     assert "for rank 0's gemm tile:" in line, line
-    assert "the producer was still computing for 95%" in line, line
+    assert "the producer was still computing (95%)" in line, line
 
 
 def test_a_tile_lifecycle_from_computed_to_consumed():

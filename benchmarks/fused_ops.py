@@ -8,7 +8,8 @@ Shapes are global (M, N, K) as in a tensor-parallel layer over `world` ranks:
   all_gather_matmul      A_r (M/w, K), B (K, N/w) -> (M, N/w)         baseline: all_gather_into_tensor + matmul
 
 Per shape: the baseline; cuBLAS alone and Iris's Triton GEMM alone (TFLOP/s: where the
-time goes); the fused kernel; the unfused fallback (cuBLAS + Iris/ccl communication);
+time goes; baseline over cuBLAS alone is the overlap ceiling, the speedup of hiding all
+communication behind a cuBLAS-speed GEMM); the fused kernel; the unfused fallback (cuBLAS + Iris/ccl communication);
 for gemm_all_scatter also the other overlap styles. `auto` is whichever of fused and
 unfused ctx.ops would pick (iris.ops.config.choose_variant), with its measured time.
 gemm_all_scatter, matmul_reduce_scatter and all_gather_matmul also time the copy-engine
@@ -247,6 +248,9 @@ def main():
                     for v, t in ms.items()
                     if v not in ("baseline", "cublas", "triton_gemm")
                 },
+                # The speedup if all communication hid behind a GEMM as fast as cuBLAS:
+                # no style can beat it without beating cuBLAS.
+                "overlap_ceiling": ms["baseline"] / ms["cublas"],
                 "auto_variant": auto,
                 "config": dataclasses.asdict(problem.config),
                 "relative_error": errors,
@@ -309,7 +313,15 @@ def check_goals(rows):
     goals = {}
     scatter_big = [r for r in rows if r["op"] == "gemm_all_scatter" and r["M"] >= 4096]
     w = worst(scatter_big)
-    goals["gemm_all_scatter >= 1.3x for M >= 4096"] = {"met": bool(w and w[0] >= 1.3), "detail": f"worst {w}"}
+    capped = [
+        (round(r["overlap_ceiling"], 2), r["M"], r["N"], r["K"])
+        for r in scatter_big
+        if r["overlap_ceiling"] < 1.3
+    ]
+    goals["gemm_all_scatter >= 1.3x for M >= 4096"] = {
+        "met": bool(w and w[0] >= 1.3),
+        "detail": f"worst {w}" + (f"; overlap ceiling under 1.3x at {capped}" if capped else ""),
+    }
     w = worst(rows)
     goals["never below 0.95x"] = {"met": bool(w and w[0] >= 0.95), "detail": f"worst {w}"}
     others = [r for r in rows if r["op"] != "gemm_all_scatter" and r["M"] >= 4096]
@@ -322,13 +334,14 @@ def check_goals(rows):
 def print_table(rows):
     print(
         f"\n{'op':22} {'M':>6} {'N':>6} {'K':>6} {'baseline':>9} {'fused':>9} {'unfused':>9} {'auto':>6} "
-        f"{'x fused':>8} {'x auto':>7} {'cuBLAS TF':>9} {'Triton TF':>9}"
+        f"{'x fused':>8} {'x auto':>7} {'ceiling':>7} {'cuBLAS TF':>9} {'Triton TF':>9}"
     )
     for r in rows:
         ms, s = r["ms"], r["speedup"]
         print(
             f"{r['op']:22} {r['M']:6d} {r['N']:6d} {r['K']:6d} {ms['baseline']:9.3f} {ms['fused']:9.3f} "
             f"{ms['unfused']:9.3f} {r['auto_variant'][:6]:>6} {s['fused']:8.2f} {s['auto']:7.2f} "
+            f"{r['overlap_ceiling']:7.2f} "
             f"{r['cublas_tflops']:9.1f} {r['triton_gemm_tflops']:9.1f}"
         )
     styles = [r for r in rows if r["op"] == "gemm_all_scatter" and "bulk_synchronous" in r["ms"]]

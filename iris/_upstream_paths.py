@@ -26,7 +26,9 @@ def register() -> None:
     """Install the aliases in ``sys.modules`` (and as attributes of their parents)."""
     import iris
 
-    from . import device, log, tensor_creation
+    from . import device, distributed, log, tensor_creation
+    from .ccl import config as ccl_config
+    from .ccl import runtime as ccl_runtime
     from .device import context, rma, tiles, tracing
     from .ops import upstream as ops_upstream
 
@@ -51,6 +53,18 @@ def register() -> None:
     events = _alias("iris.host.tracing.events", "Alias of the event ids.", TraceEvent=tracing.TraceEvent)
     host_tracing = _alias("iris.host.tracing", "Alias of the tracing names.", events=events)
     host_memory = _alias("iris.host.memory", "Alias of iris.tensor_creation.", tensors=tensor_creation)
+    helpers = _alias(
+        "iris.host.distributed.helpers",
+        "Alias of iris.distributed's group helpers.",
+        extract_group_info=distributed.extract_group_info,
+    )
+    host_distributed = _alias("iris.host.distributed", "Alias of iris.distributed.", helpers=helpers)
+    ccl_utils = _alias(
+        "iris.ccl.utils",
+        "Alias of the ccl helpers upstream keeps in iris.ccl.utils.",
+        extract_group_info=ccl_runtime.extract_group_info,
+        ReduceOp=ccl_config.ReduceOp,
+    )
     host_pkg = _alias(
         "iris.host",
         "Alias of the host runtime.",
@@ -58,6 +72,7 @@ def register() -> None:
         logging=host_logging,
         tracing=host_tracing,
         memory=host_memory,
+        distributed=host_distributed,
     )
     modules = {
         "iris.host": host_pkg,
@@ -68,6 +83,9 @@ def register() -> None:
         "iris.host.tracing.events": events,
         "iris.host.memory": host_memory,
         "iris.host.memory.tensors": tensor_creation,
+        "iris.host.distributed": host_distributed,
+        "iris.host.distributed.helpers": helpers,
+        "iris.ccl.utils": ccl_utils,
         "iris.mem": _alias("iris.mem", "Alias of the device API.", triton=mem_triton),
         "iris.mem.triton": mem_triton,
         "iris.mem.triton.context": context,
@@ -83,5 +101,6 @@ def register() -> None:
     for path, module in modules.items():
         sys.modules.setdefault(path, module)
     iris.host = host_pkg
+    iris.ccl.utils = ccl_utils
     iris.mem = modules["iris.mem"]
     device.triton = mem_triton

@@ -224,3 +224,38 @@ def _control_group():
 
 def _host_timeout() -> timedelta:
     return timedelta(seconds=config.host_timeout())
+
+
+def extract_group_info(group, rank: int, num_ranks: int) -> tuple[int, int, int, int, int]:
+    """Where ``rank`` stands in ``group``, as upstream Iris's kernels address a group.
+
+    Returns ``(rank_in_group, rank_global, group_size, rank_start, rank_stride)``: the
+    group's members are the global ranks ``rank_start + i * rank_stride``. Upstream's
+    ``iris.host.distributed.helpers.extract_group_info``; this package's collectives
+    take any member list, but programs written for upstream address groups this way.
+
+    Args:
+        group: a torch process group, or ``None`` for every rank.
+        rank: this process's global rank.
+        num_ranks: ranks in the job.
+
+    Raises:
+        RuntimeError: ``rank`` is not a member of ``group``.
+        NotImplementedError: the members are not evenly spaced (upstream's limit).
+
+    Example:
+        >>> extract_group_info(dist.new_group([0, 2]), rank=2, num_ranks=4)
+        (1, 2, 2, 0, 2)
+    """
+    if group is None:
+        return rank, rank, num_ranks, 0, 1
+    members = dist.get_process_group_ranks(group)
+    if rank not in members:
+        raise RuntimeError(f"iris: rank {rank} is not a member of the group {members}")
+    steps = {b - a for a, b in zip(members, members[1:])} or {1}
+    if len(steps) != 1 or 0 in steps:
+        raise NotImplementedError(
+            f"iris: the group {members} is not evenly spaced; upstream's group addressing "
+            "(rank_start + i * rank_stride) needs members like [0, 1, 2, 3] or [0, 4, 8, 12]"
+        )
+    return members.index(rank), rank, len(members), members[0], steps.pop()

@@ -23,7 +23,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 import iris
-from iris.ccl import all_gather, all_reduce, all_to_all, broadcast, low_latency, pushed
+from iris.ccl import all_gather, all_reduce, all_to_all, broadcast, low_latency, pushed, tile_reduce_scatter
 from iris.ccl.staged import MODES, staged_kernel
 
 GROUP_ARGS = {
@@ -70,6 +70,8 @@ def kernels(dtype: str):
         **GROUP_ARGS,
     }
     yield "all_to_all", all_to_all.all_to_all_kernel, a2a, {"GROUP": 4, "BLOCK_M": 64, "BLOCK_N": 64}
+    tiles = {"GROUP": 4, "BLOCK_M": 32, "BLOCK_N": 64, "SWIZZLE_M": 4, "CONTIGUOUS": True, "OP": "sum"}
+    yield "tile_reduce_scatter", tile_reduce_scatter.tile_reduce_scatter_kernel, a2a, tiles
     bcast = {"tensor": f"*{dtype}", "n": "i32", "src": "i32", "src_index": "i32", **GROUP_ARGS}
     yield "broadcast", broadcast.broadcast_kernel, bcast, {"GROUP": 4, "BLOCK": 4096}
 

@@ -170,6 +170,108 @@ def test_reduce_scatter_keeps_this_ranks_block(world):
         assert all(results.values()), results
 
 
+def _owned_tiles(shape, config, member, members):
+    """Upstream's tile owners, written out in Python: a mask of ``member``'s elements."""
+    rows, cols = shape
+    bm, bn, swizzle = config.block_size_m, config.block_size_n, config.swizzle_size
+    tiles_m, tiles_n = triton.cdiv(rows, bm), triton.cdiv(cols, bn)
+    total = tiles_m * tiles_n
+    if config.all_reduce_distribution == 1:
+        share = triton.cdiv(total, members)
+        numbers = range(member * share, min((member + 1) * share, total))
+    else:
+        numbers = range(member, total, members)
+    owned = torch.zeros(shape, dtype=torch.bool)
+    for tile in numbers:
+        first_m = tile // (swizzle * tiles_n) * swizzle
+        height = min(tiles_m - first_m, swizzle)
+        pid_m = first_m + tile % (swizzle * tiles_n) % height
+        pid_n = tile % (swizzle * tiles_n) // height
+        owned[pid_m * bm : (pid_m + 1) * bm, pid_n * bn : (pid_n + 1) * bn] = True
+    return owned
+
+
+def _full_shape_reduce_scatter_body(rank, world_size, distribution):
+    # Upstream's form: out and inp (M, N); each member reduces its own tiles, the rest stay.
+    shape = (70, 90)  # 3 x 6 tiles of 32 x 16 with swizzle 2: partial tiles on both edges
+    config = Config(block_size_m=32, block_size_n=16, swizzle_size=2, all_reduce_distribution=distribution)
+    with iris.iris(1 << 22) as ctx:
+        groups = [None]
+        if world_size == 4:  # a strided pair too: members 0, 2 and 1, 3
+            pairs = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+            groups.append(pairs[rank % 2])
+        results = []
+        for group in groups:
+            members = dist.get_process_group_ranks(group) if group else list(range(world_size))
+            for cfg in (config, None):  # None: upstream's default tiles (32 x 64, contiguous)
+                inp = _random(ctx, shape, torch.float32, seed=rank + 60 + distribution)
+                out = ctx.full(shape, float("nan"))
+                ctx.ccl.reduce_scatter(out, inp, group=group, config=cfg)
+                expected = _reduce(_gather(inp, group=group), "sum")
+                owned = _owned_tiles(shape, cfg or ccl_api.tile_reduce_scatter.UPSTREAM_DEFAULT,
+                                     members.index(rank), len(members))  # fmt: skip
+                got = out.cpu()
+                # A member can own no tile (upstream's 6 default tiles over 4 members).
+                reduced = not owned.any() or _close(got[owned], expected[owned], torch.float32)
+                results.append(reduced and bool(got[~owned].isnan().all()))
+        return results
+
+
+@pytest.mark.parametrize("distribution", [0, 1], ids=["strided", "contiguous"])
+def test_full_shape_reduce_scatter_reduces_each_members_tiles_as_upstream(multi_world, distribution):
+    for results in multi_world.run(_full_shape_reduce_scatter_body, distribution):
+        assert all(results), results
+
+
+def test_config_takes_upstreams_launch_settings():
+    config = Config(swizzle_size=8, num_stages=2, num_xcds=1, chunk_size=4, use_gluon=False, waves_per_eu=2)
+    assert (config.swizzle_size, config.num_stages, config.waves_per_eu) == (8, 2, 2)
+    assert Config().all_reduce_distribution == 1  # upstream's default
+    config.all_reduce_num_rings = 2  # set after construction, as upstream's tests do
+    assert config.all_reduce_num_rings == 2
+
+
+def _group_info_body(rank, world_size):
+    from iris.ccl.utils import extract_group_info
+
+    with iris.iris(1 << 20) as ctx:
+        groups = {"all": None}
+        if world_size == 4:
+            groups["strided"] = [dist.new_group([0, 2]), dist.new_group([1, 3])][rank % 2]
+            groups["uneven"] = dist.new_group([0, 1, 3])
+        found = {}
+        for name, group in groups.items():
+            try:
+                found[name] = extract_group_info(group, ctx)
+            except (NotImplementedError, RuntimeError) as error:
+                found[name] = type(error).__name__
+        return found
+
+
+def test_extract_group_info_addresses_groups_as_upstream(world):
+    results = world.run(_group_info_body)
+    for rank, found in enumerate(results):
+        assert found["all"] == (rank, rank, len(results), 0, 1)
+        if len(results) == 4:
+            assert found["strided"] == (rank // 2, rank, 2, rank % 2, 2)
+            assert found["uneven"] == ("RuntimeError" if rank == 2 else "NotImplementedError")
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(swizzle_size=0), "swizzle_size"),
+        (dict(all_reduce_distribution=2), "all_reduce_distribution"),
+        (dict(block_size_n=64, all_reduce_ring_slice_n=48), "all_reduce_ring_slice_n"),
+        (dict(waves_per_eu=-1), "waves_per_eu"),
+    ],
+    ids=["swizzle", "distribution", "ring-slice", "waves"],
+)
+def test_config_refuses_what_upstream_refuses(settings, message):
+    with pytest.raises(ValueError, match=message):
+        Config(**settings)
+
+
 def _all_to_all_body(rank, world_size, two_d):
     with iris.iris(1 << 22) as ctx:
         results = {}
@@ -653,9 +755,9 @@ def test_every_collective_compiles_for_hopper_with_vector_accesses():
     stdout = run_cuda_script("compile_ccl.py", "fp32", "bf16")
     lines = dict(line.split(" ", 1) for line in stdout.splitlines())
     # 5 all-reduce variants, 4 staged modes, 4 low-latency modes, 2 pushed modes,
-    # all_gather, all_to_all, broadcast, for fp32 and bf16; reduce_scatter runs
-    # all_reduce_one_shot on its block when no other protocol applies.
-    assert len(lines) == 37, stdout  # and the barrier check's line
+    # all_gather, all_to_all, upstream's full-shape reduce_scatter, broadcast, for fp32 and
+    # bf16; reduce_scatter runs all_reduce_one_shot on its block when no other protocol applies.
+    assert len(lines) == 39, stdout  # and the barrier check's line
     assert lines["barriers_in_multi_entry_loops"] == "{}", stdout
     # Hopper adds bf16 atomically in hardware (atom or red, by Triton version), no compare-swap loop.
     bf16_adds = lines["all_reduce_atomic[bf16]"]

@@ -14,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+import torch
+
 from .all_gather import all_gather as _all_gather
 from .all_reduce import AllReduceWorkspace, pick_variant
 from .all_reduce import all_reduce as _all_reduce
@@ -23,6 +25,7 @@ from .broadcast import broadcast as _broadcast
 from .config import Config, ReduceOp
 from .reduce_scatter import reduce_scatter as _reduce_scatter
 from .runtime import CollectiveError, Runtime
+from .tile_reduce_scatter import tile_reduce_scatter as _tile_reduce_scatter
 
 __all__ = ["CCL", "AllReduceWorkspace", "CollectiveError", "Config", "ReduceOp", "Work", "pick_variant"]
 
@@ -161,22 +164,32 @@ class CCL:
     def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None):
         """Reduce block ``rank`` of every member's ``input_tensor`` into ``output_tensor``.
 
-        ``input_tensor`` has ``group_size`` blocks of ``output_tensor.numel()`` elements.
+        ``input_tensor`` has ``group_size`` blocks of ``output_tensor.numel()`` elements,
+        like :func:`torch.distributed.reduce_scatter_tensor`; it must be on the heap
+        unless the call is small enough to be low-latency or staged (``Config.protocol``).
 
-        Like :func:`torch.distributed.reduce_scatter_tensor`; ``input_tensor`` must
-        be on the heap unless the call is small enough to be low-latency or staged
-        (``Config.protocol``). (Iris's own reduce-scatter keeps the full shape; here the
-        output holds just this rank's block.)
+        Upstream Iris's form is taken too: with ``output_tensor`` and ``input_tensor`` of
+        the same 2-D shape in a group of several members, each member reduces the tiles
+        it owns into the same place of its own output and leaves the others as they were
+        (:mod:`iris.ccl.tile_reduce_scatter`; ``input_tensor`` on the heap; tiles and
+        their owners from ``config``, upstream's when it is ``None``).
 
         Example:
             >>> out = ctx.empty(128, 64)
             >>> ctx.ccl.reduce_scatter(out, ctx.randn(ctx.get_num_ranks() * 128, 64))
         """
+        tiles = (
+            isinstance(output_tensor, torch.Tensor)
+            and isinstance(input_tensor, torch.Tensor)
+            and output_tensor.shape == input_tensor.shape
+            and input_tensor.dim() == 2
+            and self._runtime.group(group).size > 1
+        )
+        # The full-shape form takes upstream's tiles when no config is given.
+        form, default = (_tile_reduce_scatter, None) if tiles else (_reduce_scatter, _DEFAULT_CONFIG)
         self._runtime.call(
             "reduce_scatter",
-            lambda: _reduce_scatter(
-                self._runtime, output_tensor, input_tensor, op, group, config or _DEFAULT_CONFIG
-            ),
+            lambda: form(self._runtime, output_tensor, input_tensor, op, group, config or default),
             (output_tensor, input_tensor),
             (op, group, config),
         )

@@ -74,10 +74,18 @@ class Config:
         low_latency_max_bytes (int): the ``"auto"`` limit of the low-latency
             protocol, in payload bytes each member sends to one member; ``None``
             uses :data:`iris.ccl.runtime.LOW_LATENCY_AUTO_BYTES`.
-        all_reduce_distribution (int): accepted for Iris compatibility; unused.
+        all_reduce_distribution (int): how the full-shape ``reduce_scatter`` shares its
+            tiles out: ``0`` strided, ``1`` contiguous runs (upstream's meaning).
         reduce_scatter_variant (str): accepted for Iris compatibility (``"two_shot"``).
         all_gather_variant (str): accepted for Iris compatibility (``"persistent"`` or
             ``"partitioned"``); ``protocol`` chooses how all_gather runs here.
+        swizzle_size (int): tile rows taken together when the full-shape
+            ``reduce_scatter`` numbers its tiles (:mod:`iris.ccl.tile_reduce_scatter`).
+        num_stages, num_xcds, chunk_size, use_gluon, all_reduce_num_rings,
+        all_reduce_ring_slice_n, threads_per_warp, waves_per_eu: upstream Iris's
+            launch settings, accepted, checked as upstream checks them and read back;
+            they do not change how the collectives run here (one Triton implementation,
+            NVIDIA warps of 32 threads, no chiplets).
 
     Fields may be set after construction, as upstream's tests do; each change is
     checked like the constructor's arguments (a bad value raises and is not kept).
@@ -96,9 +104,18 @@ class Config:
     one_shot_max_bytes: int | None = None
     protocol: str = "auto"
     low_latency_max_bytes: int | None = None
-    all_reduce_distribution: int = 0
+    all_reduce_distribution: int = 1
     reduce_scatter_variant: str = "two_shot"
     all_gather_variant: str = "persistent"
+    swizzle_size: int = 4
+    num_stages: int = 1
+    num_xcds: int | None = None
+    chunk_size: int | None = None
+    use_gluon: bool = False
+    all_reduce_num_rings: int = 1
+    all_reduce_ring_slice_n: int | None = None
+    threads_per_warp: int = 32
+    waves_per_eu: int = 0
 
     def __post_init__(self):
         self._validate()
@@ -145,6 +162,24 @@ class Config:
                 "iris.ccl.Config: all_gather_variant must be 'persistent' or 'partitioned', "
                 f"got {self.all_gather_variant!r}"
             )
+        for name in ("swizzle_size", "num_stages", "all_reduce_num_rings", "threads_per_warp"):
+            _check_positive(name, getattr(self, name))
+        for name in ("num_xcds", "chunk_size", "all_reduce_ring_slice_n"):
+            if getattr(self, name) is not None:
+                _check_positive(name, getattr(self, name))
+        if not isinstance(self.waves_per_eu, int) or self.waves_per_eu < 0:
+            raise ValueError(f"iris.ccl.Config: waves_per_eu must be at least 0, got {self.waves_per_eu!r}")
+        if self.all_reduce_distribution not in (0, 1):
+            raise ValueError(
+                "iris.ccl.Config: all_reduce_distribution must be 0 or 1, "
+                f"got {self.all_reduce_distribution!r}"
+            )
+        slice_n = self.all_reduce_ring_slice_n
+        if slice_n is not None and self.block_size_n % slice_n:
+            raise ValueError(
+                f"iris.ccl.Config: block_size_n ({self.block_size_n}) must be divisible by "
+                f"all_reduce_ring_slice_n ({slice_n})"
+            )
         if self.reduce_scatter_variant not in ("two_shot", "auto"):
             raise ValueError(
                 "iris.ccl.Config: reduce_scatter_variant must be 'two_shot', "
@@ -154,6 +189,11 @@ class Config:
     def block_for(self, element_size: int) -> int:
         """Elements per tile for a dtype of ``element_size`` bytes."""
         return self.block_size or max(16384 // element_size, 256)
+
+
+def _check_positive(name: str, value) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"iris.ccl.Config: {name} must be a positive integer, got {value!r}")
 
 
 def _check_power_of_two(name: str, value) -> None:

@@ -384,3 +384,14 @@ def check_disjoint(errors: list[str], a: torch.Tensor, b: torch.Tensor, names: s
     b_end = b_start + b.numel() * b.element_size()
     if a_start < b_end and b_start < a_end:
         errors.append(f"{names} overlap; this collective needs separate input and output")
+
+
+def extract_group_info(group, ctx) -> tuple[int, int, int, int, int]:
+    """Upstream's ``iris.ccl.utils.extract_group_info``: ``iris.distributed``'s, for ``ctx``.
+
+    Example:
+        >>> rank_in_group, rank, size, start, stride = extract_group_info(group, ctx)
+    """
+    from ..distributed import extract_group_info as group_info
+
+    return group_info(group, ctx.get_rank(), ctx.get_num_ranks())

@@ -46,9 +46,7 @@ def all_gather_kernel(
         mask = offsets < n
         values = tl.load(inp + offsets, mask=mask)
         ccl.push_tile(dst + offsets, values, cur_rank, ranks, my_index, GROUP, heap_bases, mask)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.DONE, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
 
 
 def all_gather(runtime, out, inp, group=None, config=None) -> PreparedLaunch:

@@ -67,17 +67,13 @@ def one_shot_kernel(
     OP: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
     for tile in range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
         offsets = tile * BLOCK + tl.arange(0, BLOCK)
         mask = offsets < n
         total = ccl.reduce_tile(inp + offsets, cur_rank, ranks, my_index, GROUP, heap_bases, mask, OP)
         tl.store(out + offsets, total.to(out.dtype.element_ty), mask=mask)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.DONE, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
 
 
 @triton.jit(do_not_specialize=RANK_ARGS)
@@ -97,9 +93,7 @@ def two_shot_kernel(
     OP: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
     owned = (tl.cdiv(n, BLOCK) - my_index + GROUP - 1) // GROUP
     for k in range(pid, owned, tl.num_programs(0)):
         offsets = (k * GROUP + my_index) * BLOCK + tl.arange(0, BLOCK)
@@ -108,9 +102,7 @@ def two_shot_kernel(
         ccl.push_tile(
             out + offsets, total.to(out.dtype.element_ty), cur_rank, ranks, my_index, GROUP, heap_bases, mask
         )
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.DONE, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
 
 
 @triton.jit(do_not_specialize=RANK_ARGS)
@@ -162,9 +154,7 @@ def ring_kernel(
         tl.store(steps + cur_rank, base + s + 1)
         if GROUP > 1:
             rma.signal(steps + cur_rank, 1, cur_rank, nxt, heap_bases, op="add")
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.DONE, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
 
 
 @triton.jit(do_not_specialize=RANK_ARGS)
@@ -192,9 +182,7 @@ def atomic_kernel(
     for tile in range(pid, tiles, programs):
         offsets = tile * BLOCK + tl.arange(0, BLOCK)
         tl.store(out + offsets, tl.zeros([BLOCK], out.dtype.element_ty), mask=offsets < n)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
     for tile in range(pid, tiles, programs):
         offsets = tile * BLOCK + tl.arange(0, BLOCK)
         mask = offsets < n
@@ -202,9 +190,7 @@ def atomic_kernel(
         for i in tl.static_range(GROUP):
             peer = tl.load(ranks + (my_index + i) % GROUP)
             rma.atomic_add(out + offsets, values, cur_rank, peer, heap_bases, mask=mask, sem="relaxed")
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.DONE, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
 
 
 @triton.jit(do_not_specialize=RANK_ARGS)
@@ -232,9 +218,7 @@ def spinlock_kernel(
         offsets = tile * BLOCK + tl.arange(0, BLOCK)
         mask = offsets < n
         tl.store(out + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
     lock = ccl.flag_row(flags, ccl.LOCKS, pid, max_programs, world_size)
     for tile in range(pid, tiles, programs):
         offsets = tile * BLOCK + tl.arange(0, BLOCK)
@@ -248,9 +232,7 @@ def spinlock_kernel(
             total = ccl.combine(ccl.accumulator(current), mine, OP)
             rma.store(out + offsets, total.to(out.dtype.element_ty), cur_rank, peer, heap_bases, mask=mask)
             ccl.release_lock(lock, cur_rank, peer, heap_bases)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.DONE, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
 
 
 #: Element types with an atomic add on both backends (half precision rounds at every add, in

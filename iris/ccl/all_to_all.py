@@ -45,9 +45,7 @@ def all_to_all_kernel(
     # ``cols`` is one block's width; work unit u is tile u // GROUP of the block for
     # member (my_index + u) % GROUP, so consecutive units go to different peers.
     pid = tl.program_id(0)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
     tiles_n = tl.cdiv(cols, BLOCK_N)
     units = tl.cdiv(rows, BLOCK_M) * tiles_n * GROUP
     for unit in range(pid, units, tl.num_programs(0)):
@@ -62,9 +60,7 @@ def all_to_all_kernel(
         rma.store(
             out + row64 * out_stride + (my_index * cols + c), values, cur_rank, peer, heap_bases, mask=mask
         )
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.DONE, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
 
 
 def _blocks(inp, group_size: int) -> tuple[int, int]:

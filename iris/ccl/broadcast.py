@@ -39,9 +39,7 @@ def broadcast_kernel(
     BLOCK: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
     if cur_rank != src:
         receivers = GROUP - 1
         # This member's place among the receivers (members in order, src left out).
@@ -57,9 +55,7 @@ def broadcast_kernel(
                 if member != src_index:
                     peer = tl.load(ranks + member)
                     rma.store(tensor + offsets, values, cur_rank, peer, heap_bases, mask=mask)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.DONE, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
 
 
 def broadcast(runtime, tensor, src: int = 0, group=None, config=None) -> PreparedLaunch:

@@ -3,7 +3,7 @@
 Every collective in :mod:`iris.ccl` is a persistent kernel whose programs run the
 same three steps on their share of the tiles:
 
-1. :func:`arrive` + :func:`wait_arrivals` on the *ready* row: every member has
+1. :func:`arrive` + :func:`wait_arrivals` on the *ready* row (:func:`handshake`): every member has
    started this call, so its inputs are written and its output may be overwritten;
 2. move data with :func:`push_tile` (store to every member) or
    :func:`reduce_tile` (load from every member and combine);
@@ -39,7 +39,8 @@ from ..device import rma
 from ..device.barrier import arrive, wait_arrivals
 
 __all__ = [
-    "arrive", "wait_arrivals", "sync_row", "push_tile", "combine", "accumulator", "reduce_tile", "flag_row",
+    "arrive", "wait_arrivals", "sync_row", "handshake", "push_tile", "combine", "accumulator", "reduce_tile",
+    "flag_row",
     "acquire_lock", "release_lock",
     "READY", "DONE", "STEPS", "ARRIVED", "LANDED", "LOCKS", "PHASES", "RANK_ARGS",
 ]  # fmt: skip
@@ -108,6 +109,16 @@ def sync_row(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
     epoch = arrive(row, cur_rank, ranks, GROUP, heap_bases)
     wait_arrivals(row, epoch, cur_rank, ranks, GROUP, heap_bases)
     return epoch
+
+
+@triton.jit
+def handshake(flags, phase, pid, max_programs, world_size, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
+    """:func:`sync_row` on program ``pid``'s row of ``phase``: steps 1 and 3 of every collective.
+
+    Example:
+        >>> ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
+    """
+    return sync_row(flag_row(flags, phase, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
 
 
 @triton.jit

@@ -88,9 +88,7 @@ def staged_kernel(
             for b in tl.static_range(GROUP if MODE == "reduce_scatter" else 1):
                 at = b * n + offsets
                 tl.store(stage + at, tl.load(inp + at, mask=mask), mask=mask)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
     read_units = tiles * MEMBERS
     if MODE == "broadcast":
         if my_index == src_index:

@@ -74,9 +74,7 @@ def tile_reduce_scatter_kernel(
     OP: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
     tiles_m = tl.cdiv(rows, BLOCK_M)
     tiles_n = tl.cdiv(cols, BLOCK_N)
     _, owned = owned_tile(0, my_index, tiles_m * tiles_n, GROUP, CONTIGUOUS)
@@ -93,9 +91,7 @@ def tile_reduce_scatter_kernel(
         src = inp + r * in_stride + c
         total = ccl.reduce_tile(src, cur_rank, ranks, my_index, GROUP, heap_bases, mask, OP)
         tl.store(out + r * out_stride + c, total.to(out.dtype.element_ty), mask=mask)
-    ccl.sync_row(
-        ccl.flag_row(flags, ccl.DONE, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases
-    )
+    ccl.handshake(flags, ccl.DONE, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
 
 
 def tile_reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> PreparedLaunch:

@@ -14,8 +14,8 @@ Which tiles a member owns follows upstream's rule, so that a program that reads 
 own tiles afterwards finds them where it expects:
 
 * tiles are numbered in upstream's grouped order: ``swizzle_size`` tile rows at a
-  time, down each column of the group before moving right (as the tile GEMMs walk
-  their output);
+  time, down each column of the group before moving right, as the tile GEMMs walk
+  their output (:func:`iris.device.tiles.tile_coords`);
 * ``all_reduce_distribution=1`` (upstream's default for this call) gives member ``i``
   the ``i``-th contiguous run of ``ceil(tiles / group_size)`` tile numbers;
   ``all_reduce_distribution=0`` gives it numbers ``i, i + group_size, ...``.
@@ -32,6 +32,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..device.tiles import tile_coords
 from ..prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .config import Config, ReduceOp
@@ -80,11 +81,7 @@ def tile_reduce_scatter_kernel(
     _, owned = owned_tile(0, my_index, tiles_m * tiles_n, GROUP, CONTIGUOUS)
     for k in range(pid, owned, tl.num_programs(0)):
         tile, _ = owned_tile(k, my_index, tiles_m * tiles_n, GROUP, CONTIGUOUS)
-        # Upstream's grouped order: SWIZZLE_M tile rows, column by column.
-        first_m = (tile // (SWIZZLE_M * tiles_n)) * SWIZZLE_M
-        height = tl.minimum(tiles_m - first_m, SWIZZLE_M)
-        pid_m = first_m + (tile % (SWIZZLE_M * tiles_n)) % height
-        pid_n = (tile % (SWIZZLE_M * tiles_n)) // height
+        pid_m, pid_n = tile_coords(tile, tiles_m, tiles_n, SWIZZLE_M)  # upstream's grouped order
         r = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))[:, None].to(tl.int64)
         c = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
         mask = (r < rows) & (c < cols)

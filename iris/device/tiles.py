@@ -33,8 +33,27 @@ from .aggregate import aggregate
 
 __all__ = [
     "AllReduceConfig", "TensorView", "Tile", "TileView",
-    "make_tensor_view", "offset_ptr", "tile_layout", "tile_ptr",
+    "make_tensor_view", "offset_ptr", "tile_coords", "tile_layout", "tile_ptr",
 ]  # fmt: skip
+
+
+@triton.jit
+def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """``(pid_m, pid_n)`` of linear tile ``tile_id``, walking GROUP_M-row bands column by column.
+
+    The order of the tile GEMMs (consecutive tiles share panels of A and B in L2) and of
+    upstream Iris's tile collectives, which number tiles the same way.
+
+    Example:
+        >>> pid_m, pid_n = tile_coords(t, tl.cdiv(M, 128), tl.cdiv(N, 256), 8)
+    """
+    width = GROUP_M * num_pid_n
+    group = tile_id // width
+    first_m = group * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile_id % width) % group_rows
+    pid_n = (tile_id % width) // group_rows
+    return pid_m, pid_n
 
 
 @triton.jit

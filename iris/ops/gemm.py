@@ -3,9 +3,9 @@
 ``tile_gemm`` computes one ``BLOCK_M x BLOCK_N`` tile of ``A @ B`` in fp32 from
 any strides; rows and columns past the matrix edge are clamped on load (they
 read valid memory and are masked when stored), so shapes need not divide the
-tile sizes. ``tile_coords`` maps a linear tile index to ``(pid_m, pid_n)`` in
-GROUP_M-row bands so that consecutive tiles of a persistent program share
-panels of A and B in L2.
+tile sizes. ``tile_coords`` (:mod:`iris.device.tiles`) maps a linear tile index to
+``(pid_m, pid_n)`` in GROUP_M-row bands so that consecutive tiles of a persistent
+program share panels of A and B in L2.
 
 ``matmul_tma_kernel`` is the plain GEMM through tensor descriptors (Hopper's TMA
 copy engine): whole tiles of A and B land in shared memory without passing through
@@ -26,27 +26,12 @@ import triton.language as tl
 
 from ..device import intrinsics as hw
 from ..device import rma, tracing
+from ..device.tiles import tile_coords
 
 #: Compute scope ids the ops record (named on the host by ``iris.ops.Ops``); user code
 #: tends to use the low scope numbers, so the ops keep clear of them.
 SCOPE_GEMM: tl.constexpr = tl.constexpr(8)
 SCOPE_REDUCE: tl.constexpr = tl.constexpr(9)
-
-
-@triton.jit
-def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    """``(pid_m, pid_n)`` of linear tile ``tile_id``, walking GROUP_M-row bands column by column.
-
-    Example:
-        >>> pid_m, pid_n = tile_coords(t, tl.cdiv(M, 128), tl.cdiv(N, 256), 8)
-    """
-    width = GROUP_M * num_pid_n
-    group = tile_id // width
-    first_m = group * GROUP_M
-    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (tile_id % width) % group_rows
-    pid_n = (tile_id % width) // group_rows
-    return pid_m, pid_n
 
 
 @triton.jit

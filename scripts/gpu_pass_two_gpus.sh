@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # One pass on a 2-GPU machine; PARTS picks the parts (default "tracing fused crossnode"):
-#   shared     TESTS (default: the files that failed on one shared GPU) at 1, 2, 4 ranks sharing GPU 0;
+#   shared     TESTS (default: the files that failed on one shared GPU) at SHARED_SIZES (1,2,4) ranks sharing GPU 0;
 #   cost       what sharing costs: benchmarks/shared_gpu.py at 2 ranks on 2 GPUs, then on GPU 0 alone;
 #   putget     put/get bandwidth before and after a change, twice each, alternating: BEFORE names a
 #              copy of the previous tree (iris/, iris_trace/, benchmarks/), carried;
 #   tracing    benchmarks/tracing_overhead.py --breakdown at 2 ranks, before (if BEFORE) and after;
 #   fused      benchmarks/fused_ops.py at 2 ranks, every op (the one-peer auto rules);
 #   crossnode  the collectives, fused ops and tile collectives across "nodes" (IRIS_TEST_RANKS_PER_NODE=1);
-#   suite      the test suite at 1 and 2 ranks, one rank per GPU.
+#   suite      the test suite at 1 and 2 ranks, one rank per GPU;
+#   check      CHECK_TESTS (with -k CHECK_FILTER if set) at CHECK_SIZES ranks (default 2), one rank per GPU;
+#   quickstart the README's quick start (example 13) at 2 ranks, one per GPU; picture and report kept.
 # Results land in $OUT (device tool) or ./out.
 set -u
 # shellcheck source=scripts/gpu_env.sh
@@ -15,8 +17,20 @@ set -u
 parts=${PARTS:-tracing fused crossnode}
 site=$PYTHONPATH
 if [[ " $parts " == *" shared "* ]]; then
-  CUDA_VISIBLE_DEVICES=0 IRIS_RANKS_PER_GPU=4 IRIS_TEST_WORLD_SIZES=1,2,4 timeout 200 python -m pytest -n 4 -q \
-    -p no:cacheprovider ${TESTS:-tests/test_errors.py tests/test_codegen.py tests/test_stress.py} 2>&1 | tail -4
+  CUDA_VISIBLE_DEVICES=0 IRIS_RANKS_PER_GPU=4 IRIS_TEST_WORLD_SIZES=${SHARED_SIZES:-1,2,4} timeout "${SHARED_TIMEOUT:-200}" \
+    python -m pytest -n 4 -q -p no:cacheprovider -rfE \
+    ${TESTS:-tests/test_errors.py tests/test_codegen.py tests/test_stress.py} 2>&1 | tail -12
+fi
+if [[ " $parts " == *" check "* ]]; then
+  IRIS_TEST_WORLD_SIZES=${CHECK_SIZES:-2} timeout "${CHECK_TIMEOUT:-240}" python -m pytest -n "${CHECK_WORKERS:-4}" -q \
+    -p no:cacheprovider --timeout 200 -rfEs ${CHECK_FILTER:+-k "$CHECK_FILTER"} ${CHECK_TESTS:-tests/test_ccl.py} 2>&1 | tail -15
+fi
+if [[ " $parts " == *" quickstart "* ]]; then
+  started=$(date +%s)
+  timeout 150 python -m iris.run -n 2 examples/13_traced_gemm_all_scatter.py "$out/quickstart_${tag}" 2>&1 \
+    | grep -v -e Warning -e "^\[rank" | tail -25
+  echo "quick start: exit ${PIPESTATUS[0]}, $(( $(date +%s) - started )) s; files: $(ls "$out/quickstart_${tag}" | tr '\n' ' ')"
+  rm -f "$out/quickstart_${tag}/trace.json"  # the Perfetto file and report come back; the JSON twin is large
 fi
 if [[ " $parts " == *" cost "* ]]; then
   timeout 90 python -m iris.run -n 2 benchmarks/shared_gpu.py --out "$out/shared_gpu_2ranks_2gpus.json" 2>&1 | grep -v Warning

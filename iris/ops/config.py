@@ -54,10 +54,9 @@ SCATTER_COPY_MIN_K = 8192
 SCATTER_COPY_MIN_TILES_PER_SM = 4.0
 #: ... and with one peer it fuses from this many 128 x 128 output tiles per SM; below, in
 #: under two waves, the last wave's pushes have no GEMM left to hide behind, and cuBLAS
-#: plus the all-scatter kernel won: at 1.9 tiles per SM (M = 1024, K = 8192) unfused
-#: reached 1.14x on 2 x H200 and 1.11x on 2 x H100 against fused_sequential's 1.07x and
-#: 1.06x, while at 3.4 tiles per SM (K = 4096) fused_sequential won on both by 2-4%
-#: (benchmarks/results/fused_ops_gemm_all_scatter_h200x2.json, fused_ops_h100x2.json).
+#: plus the all-scatter kernel won: at 1.9 tiles per SM (M = 1024, K = 8192) unfused beat
+#: fused_sequential by 4-7% in three 2-GPU runs, while at 3.4 tiles per SM (K = 4096)
+#: fused_sequential won by 2-4% (benchmarks/results/fused_ops_h200x2.json, docs/fused.md).
 ONE_PEER_SCATTER_MIN_TILES_PER_SM = 2.0
 #: With one peer (two ranks), ``matmul_reduce_scatter`` and ``all_gather_matmul`` use the
 #: copy engines from this many per-rank output elements, and ``matmul_reduce_scatter``

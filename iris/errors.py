@@ -34,3 +34,30 @@ class ArgumentCountError(TypeError, ValueError):
         ...     print(error)
         iris: randint expects (high, size) or (low, high, size), got 1 arguments
     """
+
+
+class WorkspaceTooSmallError(ValueError):
+    """A workspace reused for a call that needs more tiles than it was prepared for.
+
+    Upstream Iris sizes per-tile locks or flags in a workspace when it is prepared, and
+    refuses a later call with smaller tiles (so more of them) that reuses it. The
+    buffers here are the context's own and never run out, but a workspace records the
+    tile count upstream's would hold, and such a reuse is refused with upstream's
+    message, so programs written against upstream see the error they expect.
+
+    Args:
+        array: what upstream calls the buffer, ``"Lock"`` or ``"Flags"``.
+        have: tiles the workspace was prepared for.
+        need: tiles the call needs.
+
+    Example:
+        >>> raise WorkspaceTooSmallError("Lock", have=16, need=64)
+        Traceback (most recent call last):
+        WorkspaceTooSmallError: Lock array too small: have 16 but need 64. ...
+    """
+
+    def __init__(self, array: str, have: int, need: int):
+        super().__init__(
+            f"{array} array too small: have {have} but need {need}. "
+            "Pre-allocate workspace with the smallest block sizes you intend to use."
+        )

@@ -30,11 +30,14 @@ residual, see ``Trace.clock_fits``) counts as in flight up to the wait's end.
 **Tile lifecycles.** A tile is a ``(rank, pid_m, pid_n)`` with a compute scope that
 carries those coordinates. It is *computed* when its last compute scope ends,
 *pushed* from the first to the last data or release op of that rank carrying its
-coordinates, *visible* at its peers when the last of those ends, and *consumed* when
-the last wait released by one of them ends. :func:`tile_lifecycles` gives each tile's
-times; :func:`lifecycle_summary` the median and 99th percentile, per rank, of
-``queued`` (computed to first push), ``push`` (first push to visible), ``latency``
-(computed to visible) and ``consumed`` (visible to consumed).
+coordinates and aimed at another rank, *visible* at its peers when the last of those
+ends, and *consumed* when the last wait on another rank released by one of them ends.
+Ops a rank aims at itself (the flag a GEMM program raises for the program that will
+push the tile) are the handover inside the rank: they fall in ``queued``.
+:func:`tile_lifecycles` gives each tile's times; :func:`lifecycle_summary` the median
+and 99th percentile, per rank, of ``queued`` (computed to first push), ``push`` (first
+push to visible), ``latency`` (computed to visible) and ``consumed`` (visible to
+consumed).
 
 **Critical path.** :func:`critical_path` walks back from the event that ended last:
 from a wait to its releaser, from a release to the compute scope before it on its SM
@@ -272,7 +275,8 @@ def tile_lifecycles(events: np.ndarray, releaser: np.ndarray | None = None) -> d
     if len(tiles) == 0:
         return out
 
-    moved = tiled & np.isin(ids, list(DATA_EVENTS | RELEASE_EVENTS))
+    target = events["target_rank"].astype(np.int64)
+    moved = tiled & np.isin(ids, list(DATA_EVENTS | RELEASE_EVENTS)) & (target >= 0) & (target != rank)
     position = np.searchsorted(tiles, key[moved])
     inside = position < len(tiles)
     inside[inside] = tiles[position[inside]] == key[moved][inside]
@@ -281,12 +285,12 @@ def tile_lifecycles(events: np.ndarray, releaser: np.ndarray | None = None) -> d
     np.maximum.at(out["visible_ns"], position[inside], ends[moved][inside])
     out["push_start_ns"] = np.where(first == np.iinfo(np.int64).max, -1, first)
 
-    # Consumed: the last wait (on any rank) released by one of the tile's ops.
+    # Consumed: the last wait on another rank released by one of the tile's ops.
     if releaser is None:
         releaser = match_releasers(events)
     waits = np.flatnonzero(releaser >= 0)
     source = releaser[waits]
-    by_tile = moved[source]
+    by_tile = moved[source] & (rank[waits] != rank[source])
     if by_tile.any():
         position = np.searchsorted(tiles, key[source[by_tile]])
         ok = position < len(tiles)

@@ -154,6 +154,9 @@ def test_a_tile_lifecycle_from_computed_to_consumed():
     tile = {"pid_m": 2, "pid_n": 3}
     events = make_events(
         (GEMM, 0, 1, 0, 100, tile),
+        # the handover inside rank 0 (computing program -> pushing program) is not the push
+        (schema.SIGNAL, 0, 1, 100, 101, {**tile, **signal_to(0, address=0x800)}),
+        (schema.WAIT_UNTIL, 0, 9, 90, 105, wait_for(address=0x800)),
         (schema.PUT, 0, 9, 110, 150, {**tile, "target_rank": 1, "address": 0x400, "payload_bytes": 64}),
         (schema.PUT, 0, 9, 120, 160, {**tile, "target_rank": 1, "address": 0x440, "payload_bytes": 64}),
         (schema.SIGNAL, 0, 9, 160, 162, {**tile, **signal_to(1)}),

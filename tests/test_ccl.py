@@ -21,6 +21,7 @@ from iris import ccl as ccl_api
 from iris.ccl import CollectiveError, Config
 from iris.ccl import device as ccl
 from iris.ccl.all_reduce import ATOMIC_DTYPES
+from iris.errors import WorkspaceTooSmallError
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "int32": torch.int32}
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 2e-2, torch.float32: 1e-5, torch.int32: 0}
@@ -255,6 +256,40 @@ def test_extract_group_info_addresses_groups_as_upstream(world):
         if len(results) == 4:
             assert found["strided"] == (rank // 2, rank, 2, rank % 2, 2)
             assert found["uneven"] == ("RuntimeError" if rank == 2 else "NotImplementedError")
+
+
+def _workspace_reuse_body(rank, world_size, variant):
+    with iris.iris(1 << 22) as ctx:
+        inp, out = ctx.randn((128, 128)), ctx.zeros((128, 128))
+        coarse = Config(all_reduce_variant=variant, block_size_m=64, block_size_n=64)
+        fine = Config(all_reduce_variant=variant, block_size_m=32, block_size_n=32)
+        workspace = ctx.ccl.all_reduce_preamble(out, inp, config=coarse)
+        assert (workspace.variant, workspace.tiles) == (variant, 4)
+        try:
+            ctx.ccl.all_reduce(out, inp, config=fine, workspace=workspace)
+        except WorkspaceTooSmallError as error:
+            return str(error)
+        finally:
+            ctx.barrier()
+
+
+@pytest.mark.parametrize("variant, array", [("spinlock", "Lock"), ("ring", "Flags")])
+def test_all_reduce_refuses_a_workspace_prepared_for_fewer_tiles(world, variant, array):
+    """Upstream sizes these variants' per-tile arrays at the preamble and refuses such a reuse."""
+    for message in world.run(_workspace_reuse_body, variant):
+        assert message.startswith(f"{array} array too small: have 4 but need 16.")
+
+
+def _foreign_workspace_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        inp, out = ctx.randn(256), ctx.zeros(256)
+        with pytest.raises(TypeError, match="all_reduce_preamble"):
+            ctx.ccl.all_reduce(out, inp, workspace=object())
+        ctx.barrier()
+
+
+def test_all_reduce_says_what_a_workspace_must_be(world):
+    world.run(_foreign_workspace_body)
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,8 @@ import torch.distributed as dist
 
 import iris
 import iris.ops as ops
+from iris.errors import WorkspaceTooSmallError
+from iris.ops.workspace import upstream_lock_tiles
 
 M, N, K = 96, 80, 64
 #: 3 x 3 tiles of 32 x 32: at 2 and 4 ranks the last rank owns more tiles than the others.
@@ -213,6 +215,57 @@ def _all_reduce_workspace_body(rank, world_size):
 def test_matmul_all_reduce_module_form_returns_its_workspace(world):
     for error in world.run(_all_reduce_workspace_body):
         assert error < 1e-2
+
+
+def test_a_workspace_reused_for_smaller_tiles_is_refused_as_upstream():
+    a, b = torch.zeros(512, 64), torch.zeros(64, 512)
+    coarse = ops.FusedConfig(block_size_m=128, block_size_n=128)
+    fine = ops.FusedConfig(block_size_m=64, block_size_n=64)
+    ws = ops.FusedWorkspace()
+    ws.prepare("matmul_all_reduce", a, b, 2, "one_shot", upstream_lock_tiles(a, b, coarse))
+    assert ws.lock_tiles == 16
+    with pytest.raises(WorkspaceTooSmallError, match="Lock array too small: have 16 but need 64"):
+        ws.reuse("matmul_all_reduce", a, b, 2, "one_shot", upstream_lock_tiles(a, b, fine))
+    ws.reuse("matmul_all_reduce", a, b, 4, "one_shot", 64)  # another call: prepared again
+    assert ws.lock_tiles == 64 and ws.world_size == 4
+    ws.reuse("matmul_all_reduce", a, b, 4, "one_shot", 16)  # fewer tiles fit
+    assert ws.lock_tiles == 64
+
+
+def test_a_reduce_scatter_preparation_checks_the_old_locks_first():
+    a, b = torch.zeros(512, 64), torch.zeros(64, 512)
+    ws = ops.FusedWorkspace()
+    ws.prepare("matmul_reduce_scatter", a, b, 2, "two_shot", 16, check=True)
+    with pytest.raises(ValueError, match="Lock array too small: have 16 but need 64"):
+        ws.prepare("matmul_reduce_scatter", a, b, 2, "two_shot", 64, check=True)
+    ws.clear()
+    ws.prepare("matmul_reduce_scatter", a, b, 2, "two_shot", 64, check=True)
+    assert ws.lock_tiles == 64
+
+
+def _small_workspace_body(rank, world_size):
+    with iris.iris(1 << 24) as ctx:
+        a, b, out = ctx.zeros((M, K)), ctx.zeros((K, N)), ctx.zeros((M, N))
+        coarse = ops.FusedConfig(**{**CONFIG, "block_size_m": 64, "block_size_n": 64})
+        fine = ops.FusedConfig(**CONFIG)
+        refused = []
+        ws = ops.matmul_all_reduce_preamble(ctx, out, a, b, config=coarse)
+        scattered = ops.matmul_reduce_scatter_preamble(ctx, out, a, b, config=coarse)
+        for call in (
+            lambda: ops.matmul_all_reduce(ctx, out, a, b, config=fine, workspace=ws),
+            lambda: ctx.ops.matmul_all_reduce(out, a, b, config=fine, workspace=ws),
+            lambda: ops.matmul_reduce_scatter_preamble(ctx, out, a, b, config=fine, workspace=scattered),
+        ):
+            with pytest.raises(WorkspaceTooSmallError) as error:
+                call()
+            refused.append(str(error.value).split(".")[0])
+        ctx.barrier()
+        return refused
+
+
+def test_ops_refuse_a_workspace_prepared_for_fewer_tiles(world):
+    for refused in world.run(_small_workspace_body):
+        assert refused == ["Lock array too small: have 4 but need 9"] * 3
 
 
 def test_upstream_names_of_the_ops_module():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from .all_gather import all_gather as _all_gather
-from .all_reduce import AllReduceWorkspace, pick_variant
+from .all_reduce import AllReduceWorkspace, check_workspace, pick_variant
 from .all_reduce import all_reduce as _all_reduce
 from .all_reduce import all_reduce_preamble as _all_reduce_preamble
 from .all_to_all import all_to_all as _all_to_all
@@ -143,14 +143,18 @@ class CCL:
         equivalents). ``config.all_reduce_variant`` picks the algorithm (see
         :mod:`iris.ccl.all_reduce`); ``"auto"`` picks by size and group size. Floating
         inputs are accumulated in fp32 (except ``ring``, which keeps partial sums in
-        the output's dtype). ``workspace`` is accepted for Iris compatibility: the
-        preparation is cached per tensor pair anyway.
+        the output's dtype). ``workspace`` (from :meth:`all_reduce_preamble`) is taken
+        for Iris compatibility: the preparation is cached per tensor pair anyway, and a
+        workspace prepared for the same variant, shape and dtype but fewer tiles is
+        refused as upstream refuses it (:class:`iris.errors.WorkspaceTooSmallError`).
 
         Example:
             >>> out = ctx.empty(4096)
             >>> ctx.ccl.all_reduce(out, ctx.randn(4096))
             >>> ctx.ccl.all_reduce(out, inp, config=Config(all_reduce_variant="two_shot"))
         """
+        if workspace is not None:
+            check_workspace(self._runtime, workspace, input_tensor, group, config or _DEFAULT_CONFIG)
         self._runtime.call(
             "all_reduce",
             lambda: _all_reduce(

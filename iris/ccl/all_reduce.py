@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from ..device import rma
+from ..errors import WorkspaceTooSmallError
 from ..prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .config import ReduceOp
@@ -279,11 +280,66 @@ def pick_variant(config, nbytes: int, group_size: int) -> str:
 class AllReduceWorkspace:
     """What :func:`all_reduce_preamble` settled for a pair of tensors: the variant and launch.
 
-    Pass it back as ``workspace=`` to skip the checks on later calls.
+    Pass it back as ``workspace=``. The buffers are the context's own, but a
+    workspace records the tiles upstream Iris's lock (``spinlock``) or flag
+    (``ring``) array would hold, and a call that reuses it for more tiles is refused
+    as upstream refuses it (:func:`check_workspace`).
+
+    Args:
+        variant: the algorithm that runs.
+        key: the prepared launch.
+        shape, dtype: the input's.
+        tiles: tiles of ``Config.block_size_m x block_size_n`` upstream's array would
+            hold (0 for the variants where upstream keeps none).
     """
 
     variant: str
     key: tuple
+    shape: tuple = ()
+    dtype: torch.dtype | None = None
+    tiles: int = 0
+
+
+#: Upstream's per-tile array of each variant that keeps one, by upstream's name for it.
+_TILE_ARRAYS = {"spinlock": "Lock", "ring": "Flags"}
+
+
+def _upstream_tiles(inp, config) -> int:
+    # Upstream tiles an (M, N) input in block_size_m x block_size_n; other shapes as (rows, rest).
+    rows = inp.shape[0] if inp.dim() >= 2 else 1
+    cols = inp.numel() // max(rows, 1)
+    return triton.cdiv(rows, config.block_size_m) * triton.cdiv(cols, config.block_size_n)
+
+
+def check_workspace(runtime, workspace, inp, group, config) -> None:
+    """Refuse ``workspace`` as upstream Iris does: prepared for the variant, shape and
+    dtype this call runs, but for fewer tiles than ``config``'s tiles make.
+
+    Raises:
+        TypeError: ``workspace`` is not an :class:`AllReduceWorkspace`.
+        WorkspaceTooSmallError: too few tiles.
+
+    Example:
+        >>> ws = ctx.ccl.all_reduce_preamble(out, inp, config=Config(all_reduce_variant="ring"))
+        >>> check_workspace(runtime, ws, inp, None, Config(all_reduce_variant="ring", block_size_m=32))
+        Traceback (most recent call last):
+        WorkspaceTooSmallError: Flags array too small: ...
+    """
+    if not isinstance(workspace, AllReduceWorkspace):
+        raise TypeError(
+            "iris.ccl.all_reduce: workspace must be what all_reduce_preamble returned, "
+            f"got {type(workspace).__name__}"
+        )
+    variant = pick_variant(config, nbytes(inp), runtime.group(group).size)
+    same_call = (workspace.variant, workspace.shape, workspace.dtype) == (
+        variant,
+        tuple(inp.shape),
+        inp.dtype,
+    )
+    if same_call and variant in _TILE_ARRAYS:
+        need = _upstream_tiles(inp, config)
+        if 0 < workspace.tiles < need:
+            raise WorkspaceTooSmallError(_TILE_ARRAYS[variant], workspace.tiles, need)
 
 
 def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> AllReduceWorkspace:
@@ -352,7 +408,8 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
         return KERNELS[variant], grid, args, config.num_warps
 
     runtime.prepare(key, prepare)
-    return AllReduceWorkspace(variant, key)
+    tiles = _upstream_tiles(inp, config) if variant in _TILE_ARRAYS else 0
+    return AllReduceWorkspace(variant, key, tuple(inp.shape), inp.dtype, tiles)
 
 
 def all_reduce(runtime, out, inp, op=None, group=None, config=None) -> PreparedLaunch:

@@ -78,7 +78,7 @@ from .matmul import matmul_launch
 from .pull_gather import pull_gather_matmul_kernel
 from .reduce import gemm_reduce_kernel
 from .tile_reduce_scatter import tile_reduce_scatter_kernel
-from .workspace import FusedWorkspace
+from .workspace import LOCKED_ALL_REDUCE_VARIANTS, FusedWorkspace, upstream_lock_tiles
 
 __all__ = [
     "FusedConfig",
@@ -243,12 +243,13 @@ class Ops:
             >>> ctx.ops.matmul_all_reduce(out, x, w_shard)
         """
         _refuse_bias("matmul_all_reduce", bias)
+        variant = upstream_setting(config, "all_reduce_variant")
+        locked = variant in LOCKED_ALL_REDUCE_VARIANTS
+        lock_tiles = upstream_lock_tiles(A, B, config or FusedConfig()) if locked else 0
+        _fill_workspace(workspace, "matmul_all_reduce", A, B, self._ctx, variant, lock_tiles, reuse=True)
         key = ("matmul_all_reduce", *self._call_key(out, A, B, async_op, config))
         self._run(
             key, lambda: self._plan_gemm_reduce("matmul_all_reduce", out, A, B, False, async_op, config)
-        )
-        _fill_workspace(
-            workspace, "matmul_all_reduce", A, B, self._ctx, upstream_setting(config, "all_reduce_variant")
         )
         return out
 
@@ -271,6 +272,8 @@ class Ops:
             >>> ctx.ops.matmul_reduce_scatter(out, x, w_shard)
         """
         _refuse_bias("matmul_reduce_scatter", bias)
+        lock_tiles = upstream_lock_tiles(A, B, config or FusedConfig())
+        _fill_workspace(workspace, "matmul_reduce_scatter", A, B, self._ctx, "two_shot", lock_tiles)
         if _scatters_tiles(out, A, B, self._ctx.get_num_ranks()):
             key = ("matmul_reduce_scatter_tiles", *self._call_key(out, A, B, async_op, config))
             self._run(key, lambda: self._plan_tile_reduce_scatter(out, A, B, async_op, config))
@@ -280,7 +283,6 @@ class Ops:
                 key,
                 lambda: self._plan_gemm_reduce("matmul_reduce_scatter", out, A, B, True, async_op, config),
             )
-        _fill_workspace(workspace, "matmul_reduce_scatter", A, B, self._ctx, "two_shot")
         return out
 
     # ------------------------------------------------------------------ plans
@@ -673,16 +675,23 @@ def _refuse_bias(name, bias):
         )
 
 
-def _fill_workspace(workspace, operation: str, A, B, ctx, variant: str = ""):
+def _fill_workspace(workspace, operation: str, A, B, ctx, variant="", lock_tiles=None, reuse=False):
     # Upstream Iris's ops return and take a FusedWorkspace; here buffers are the
-    # context's own, so a workspace passed in only records the call.
+    # context's own, so a workspace passed in records the call and the tiles
+    # upstream's locks would hold, refusing a reuse where those would be too few
+    # (upstream's matmul_all_reduce reuses a matching workspace; matmul_reduce_scatter
+    # prepares it again, checking the old locks first).
     if workspace is None:
         return
     if not isinstance(workspace, FusedWorkspace):
         raise TypeError(
             f"iris.ops.{operation}: workspace must be an iris.ops.FusedWorkspace, got {type(workspace)}"
         )
-    workspace.describe(operation, A, B, ctx.get_num_ranks(), variant)
+    world = ctx.get_num_ranks()
+    if reuse:
+        workspace.reuse(operation, A, B, world, variant, lock_tiles)
+    else:
+        workspace.prepare(operation, A, B, world, variant, lock_tiles, check=lock_tiles is not None)
 
 
 #: Upstream Iris's name of :class:`Ops`.

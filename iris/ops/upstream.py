@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 from .config import FusedConfig, upstream_setting
-from .workspace import FusedWorkspace
+from .workspace import LOCKED_ALL_REDUCE_VARIANTS, FusedWorkspace, upstream_lock_tiles
 
 
 def _checked(shmem, config, workspace) -> FusedWorkspace:
@@ -27,10 +27,11 @@ def _checked(shmem, config, workspace) -> FusedWorkspace:
     return workspace if workspace is not None else FusedWorkspace()
 
 
-def _prepared(shmem, operation, A, B, config, workspace, variant=""):
-    # A preamble: nothing runs, so it describes the call itself.
+def _prepared(shmem, operation, A, B, config, workspace, variant="", lock_tiles=None, check=False):
+    # A preamble: nothing runs, so it describes the call itself (and the tiles
+    # upstream's locks would hold).
     workspace = _checked(shmem, config, workspace)
-    workspace.describe(operation, A, B, shmem.get_num_ranks(), variant)
+    workspace.prepare(operation, A, B, shmem.get_num_ranks(), variant, lock_tiles, check)
     return workspace
 
 
@@ -52,7 +53,9 @@ def matmul_all_reduce_preamble(
         >>> ws = iris.ops.matmul_all_reduce_preamble(ctx, out, a, b)
     """
     variant = upstream_setting(config, "all_reduce_variant")
-    workspace = _prepared(shmem, "matmul_all_reduce", A, B, config, workspace, variant)
+    locked = variant in LOCKED_ALL_REDUCE_VARIANTS
+    lock_tiles = upstream_lock_tiles(A, B, config or FusedConfig()) if locked else 0
+    workspace = _prepared(shmem, "matmul_all_reduce", A, B, config, workspace, variant, lock_tiles)
     C.zero_()
     shmem.barrier()
     return workspace
@@ -142,7 +145,10 @@ def matmul_reduce_scatter_preamble(
     Example:
         >>> ws = iris.ops.matmul_reduce_scatter_preamble(ctx, out, a, b)
     """
-    workspace = _prepared(shmem, "matmul_reduce_scatter", A, B, config, workspace, "two_shot")
+    lock_tiles = upstream_lock_tiles(A, B, config or FusedConfig())
+    workspace = _prepared(
+        shmem, "matmul_reduce_scatter", A, B, config, workspace, "two_shot", lock_tiles, check=True
+    )
     C.zero_()
     shmem.barrier()
     return workspace

@@ -4,7 +4,10 @@ Upstream keeps each fused op's scratch buffers (locks, an auxiliary output) in a
 workspace the caller passes from call to call. Here ``ctx.ops`` keeps its own
 buffers on the heap and reuses them by itself, so a workspace only describes the
 call it came from: programs that pass one around run unchanged, and a workspace
-whose buffers were filled by upstream code is left as it is.
+whose buffers were filled by upstream code is left as it is. It also records how
+many tiles upstream's lock array would hold (``lock_tiles``), so that reusing it
+for smaller tiles is refused as upstream refuses it
+(:class:`~iris.errors.WorkspaceTooSmallError`).
 
 Example:
     >>> ws = iris.ops.matmul_all_reduce_preamble(ctx, out, a, b)
@@ -18,6 +21,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import triton
+
+from ..errors import WorkspaceTooSmallError
+
+#: ``matmul_all_reduce`` variants for which upstream's preamble allocates a lock per tile.
+LOCKED_ALL_REDUCE_VARIANTS = ("spinlock", "one_shot", "two_shot")
+
+
+def upstream_lock_tiles(A: torch.Tensor, B: torch.Tensor, config) -> int:
+    """Output tiles of ``A @ B`` in ``config``'s ``block_m x block_n``: the locks upstream allocates.
+
+    Example:
+        >>> upstream_lock_tiles(ctx.zeros(512, 64), ctx.zeros(64, 512), FusedConfig(block_m=128, block_n=128))
+        16
+    """
+    return triton.cdiv(A.shape[0], config.block_m) * triton.cdiv(B.shape[1], config.block_n)
 
 
 @dataclass
@@ -32,6 +51,8 @@ class FusedWorkspace:
         variant: upstream's reduction variant name, when the config set one.
         aux_buffer, locks: upstream's scratch buffers; unused here, kept if set.
         prepared: whether a call or preamble has described this workspace.
+        lock_tiles: tiles upstream's lock array would hold for the last preparation
+            (0: none).
 
     Example:
         >>> ws = FusedWorkspace()
@@ -48,6 +69,7 @@ class FusedWorkspace:
     aux_buffer: torch.Tensor | None = None
     locks: torch.Tensor | None = None
     prepared: bool = False
+    lock_tiles: int = 0
 
     def matches(
         self, operation: str, shape: tuple, dtype: torch.dtype, world_size: int, variant: str = ""
@@ -87,6 +109,65 @@ class FusedWorkspace:
         self.variant = variant
         self.prepared = True
 
+    def prepare(
+        self,
+        operation: str,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        world_size: int,
+        variant: str = "",
+        lock_tiles: int | None = None,
+        check: bool = False,
+    ) -> None:
+        """Describe a call as upstream's preamble would, recording ``lock_tiles`` if given.
+
+        ``check``: first refuse, as upstream's ``matmul_reduce_scatter`` preamble does,
+        when the workspace was prepared for fewer tiles than ``lock_tiles``.
+
+        Raises:
+            WorkspaceTooSmallError: ``check`` and too few tiles.
+
+        Example:
+            >>> ws.prepare("matmul_reduce_scatter", a, b, 2, "two_shot", lock_tiles=64, check=True)
+        """
+        if check and lock_tiles is not None:
+            self.check_locks(lock_tiles)
+        self.describe(operation, A, B, world_size, variant)
+        if lock_tiles is not None:
+            self.lock_tiles = lock_tiles
+
+    def reuse(
+        self, operation: str, A: torch.Tensor, B: torch.Tensor, world_size: int, variant: str, lock_tiles: int
+    ) -> None:
+        """Take the workspace for a call as upstream's ``matmul_all_reduce`` does.
+
+        A workspace prepared for exactly this call is reused, and refused if it holds
+        fewer tiles than ``lock_tiles``; any other is prepared again.
+
+        Raises:
+            WorkspaceTooSmallError: reused with too few tiles.
+
+        Example:
+            >>> ws.reuse("matmul_all_reduce", a, b, 2, "two_shot", lock_tiles=64)
+        """
+        shape = (A.shape[0], B.shape[1], B.shape[0])
+        if self.matches(operation, shape, A.dtype, world_size, variant):
+            self.check_locks(lock_tiles)
+        else:
+            self.prepare(operation, A, B, world_size, variant, lock_tiles)
+
+    def check_locks(self, tiles: int) -> None:
+        """Refuse a call of ``tiles`` tiles when upstream's lock array would hold fewer.
+
+        Raises:
+            WorkspaceTooSmallError: prepared for fewer (but some) tiles.
+
+        Example:
+            >>> ws.check_locks(64)
+        """
+        if 0 < self.lock_tiles < tiles:
+            raise WorkspaceTooSmallError("Lock", self.lock_tiles, tiles)
+
     def reset(self) -> None:
         """Mark the workspace unprepared.
 
@@ -105,4 +186,5 @@ class FusedWorkspace:
         """
         self.aux_buffer = None
         self.locks = None
+        self.lock_tiles = 0
         self.prepared = False

@@ -22,7 +22,15 @@ import torch
 from .backends.base import names_device
 from .errors import InvalidArgumentError
 from .heap import SymmetricHeap
-from .tensors import TensorFactory, check_dtype, fill_random, full_dtype, normalize_size, normalize_steps
+from .tensors import (
+    TensorFactory,
+    check_dtype,
+    check_out,
+    fill_random,
+    full_dtype,
+    normalize_size,
+    normalize_steps,
+)
 
 __all__ = [
     "allocate", "parse_size", "is_valid_device", "throw_if_invalid_device", "throw_if_invalid_output_tensor",
@@ -91,14 +99,7 @@ def throw_if_invalid_output_tensor(
     Example:
         >>> tensor_creation.throw_if_invalid_output_tensor(ctx.heap, out, 6, torch.float32)
     """
-    if tensor.numel() != num_elements:
-        raise InvalidArgumentError(
-            f"iris: the output tensor has {tensor.numel()} elements, {num_elements} needed"
-        )
-    if tensor.dtype != dtype:
-        raise InvalidArgumentError(f"iris: the output tensor is {tensor.dtype}, {dtype} needed")
-    if not heap.contains(tensor):
-        raise InvalidArgumentError("iris: the output tensor is not on the symmetric heap")
+    check_out(heap, tensor, num_elements, dtype)
 
 
 def apply_layout(tensor: torch.Tensor, layout: torch.layout) -> torch.Tensor:

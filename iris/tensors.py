@@ -106,6 +106,26 @@ def check_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype
 
 
+def check_out(heap: SymmetricHeap, out: torch.Tensor, num_elements: int, dtype: torch.dtype) -> None:
+    """Raise :class:`iris.InvalidArgumentError` unless ``out`` can hold ``num_elements`` of ``dtype``.
+
+    It must have that many elements (heap tensors cannot be resized), that dtype, and
+    live on ``heap``; the messages are upstream Iris's.
+
+    Example:
+        >>> check_out(ctx.heap, out, 6, torch.float32)
+    """
+    if out.numel() != num_elements:
+        raise InvalidArgumentError(
+            f"iris: The output tensor has {out.numel()} elements, but {num_elements} are required "
+            "(heap tensors cannot be resized)"
+        )
+    if out.dtype != dtype:
+        raise InvalidArgumentError(f"iris: The output tensor has dtype {out.dtype}, but {dtype} is required")
+    if not heap.contains(out):
+        raise InvalidArgumentError("iris: The output tensor is not on the symmetric heap")
+
+
 class TensorFactory:
     """Makes heap tensors for one rank; the ``Iris`` methods delegate here."""
 
@@ -144,14 +164,7 @@ class TensorFactory:
         self._check_device(device)
         dtype = check_dtype(torch.get_default_dtype() if dtype is None else dtype)
         if out is not None:
-            if not self.heap.contains(out):
-                raise InvalidArgumentError("iris: out= must be a tensor allocated on the symmetric heap")
-            if out.numel() != math.prod(size) or out.dtype != dtype:
-                raise InvalidArgumentError(
-                    f"iris: out= has {out.numel()} elements of {out.dtype}, "
-                    f"expected {math.prod(size)} of {dtype} for size {tuple(size)} "
-                    "(heap tensors cannot be resized)"
-                )
+            check_out(self.heap, out, math.prod(size), dtype)
             if memory_format not in (torch.contiguous_format, torch.preserve_format):
                 raise InvalidArgumentError("iris: out= and memory_format= cannot be combined")
             # torch returns out= itself; one of another shape is viewed as the size (upstream).

@@ -52,10 +52,16 @@ def _bad_tensor_args_body(rank, world_size):
         # Upstream Iris raises RuntimeError where Iris raised ValueError (and the reverse):
         # these raise iris.InvalidArgumentError, which is both.
         for error in (ValueError, RuntimeError):
-            _raises(error, "out= must be a tensor allocated on the symmetric heap")(
+            # upstream's messages
+            _raises(error, "The output tensor is not on the symmetric heap")(
                 ctx.zeros, 4, out=torch.zeros(4, device=ctx.get_device())
             )
-            _raises(error, "cannot be resized")(ctx.zeros, 5, out=ctx.zeros(4))
+            _raises(error, "has 4 elements, but 5 are required .heap tensors cannot be resized")(
+                ctx.zeros, 5, out=ctx.zeros(4)
+            )
+            _raises(error, "has dtype torch.int32, but torch.float32 is required")(
+                ctx.zeros, 4, dtype=torch.float32, out=ctx.zeros(4, dtype=torch.int32)
+            )
             _raises(error, "does not match")(ctx.zeros, 4, device="meta")
             _raises(error, "low < high")(ctx.randint, 5, 5, (3,))
             _raises(error, "step must be non-zero")(ctx.arange, 0, 4, 0)

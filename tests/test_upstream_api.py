@@ -226,3 +226,50 @@ def test_interpreter_has_bf16_constants_and_float_exchange(tmp_path):
         print("ok")
     """
     assert "ok" in _run_script(tmp_path, source)
+
+
+def test_interpreter_computes_bf16_as_a_gpu_does(tmp_path):
+    """The interpreter stores bf16 as its 16 bits; arithmetic on them used to run on the integers."""
+    source = """
+        import iris, torch, triton, triton.language as tl
+
+        @triton.jit
+        def kernel(x, y, out, less, n: tl.constexpr):
+            o = tl.arange(0, n)
+            a, b = tl.load(x + o), tl.load(y + o)
+            tl.store(out + o, a + b)
+            tl.store(out + n + o, a * b - a)
+            tl.store(out + 2 * n + o, a / b)
+            tl.store(out + 3 * n + o, tl.maximum(a, -b))
+            tl.store(out + 4 * n + o, (a * 4).to(tl.int32).to(tl.bfloat16))
+            tl.store(out + 5 * n, tl.sum(a))
+            tl.store(out + 5 * n + 1, tl.min(a))
+            tl.store(less + o, (a < b).to(tl.int32))
+
+        @triton.jit
+        def matmul(x, y, out, n: tl.constexpr):
+            o = tl.arange(0, n)
+            a = tl.load(x + o[:, None] * n + o[None, :])
+            b = tl.load(y + o[:, None] * n + o[None, :])
+            tl.store(out + o[:, None] * n + o[None, :], tl.dot(a, b))
+
+        n = 16
+        g = torch.Generator().manual_seed(0)
+        x, y = (torch.randn(n, generator=g).to(torch.bfloat16) for _ in range(2))
+        out, less = torch.zeros(6 * n, dtype=torch.bfloat16), torch.zeros(n, dtype=torch.int32)
+        kernel[(1,)](x, y, out, less, n)
+        bf16 = lambda t: t.to(torch.bfloat16)
+        assert torch.equal(out[:n], x + y)
+        assert torch.equal(out[n : 2 * n], bf16(bf16(x.float() * y.float()).float() - x.float()))
+        assert torch.equal(out[2 * n : 3 * n], x / y)
+        assert torch.equal(out[3 * n : 4 * n], torch.maximum(x, -y))
+        assert torch.equal(out[4 * n : 5 * n], bf16((x.float() * 4).int().float()))
+        assert out[5 * n] == bf16(x.float().sum()) and out[5 * n + 1] == x.min()
+        assert torch.equal(less, (x < y).int())
+        a, b = (torch.randn(n, n, generator=g).to(torch.bfloat16) for _ in range(2))
+        c = torch.zeros(n, n)
+        matmul[(1,)](a, b, c, n)
+        assert torch.allclose(c, a.float() @ b.float(), atol=1e-4)
+        print("ok")
+    """
+    assert "ok" in _run_script(tmp_path, source)

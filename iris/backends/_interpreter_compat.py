@@ -24,6 +24,13 @@ Each fix changes nothing where the interpreter already works:
 - **bf16 atomic add.** The interpreter adds bf16 values (stored as ``uint16``) as
   integers; a bf16 add becomes a compare-swap loop on the 16-bit words, atomic
   across the rank processes that share the heaps.
+- **bf16 arithmetic.** For the same reason every other bf16 computation ran on the
+  bits: ``1 + 1`` gave ``2**127``, ``tl.dot`` and ``tl.sum`` of bf16 tiles nonsense,
+  and comparisons of negative values the wrong way round. Float arithmetic,
+  comparisons, math functions, ``tl.dot``, the reductions and scans numpy computes
+  directly (sum, min, max, cumsum, cumprod) and casts to and from bf16 now widen
+  bf16 operands to fp32 and round a bf16 result to nearest even, as a GPU does (the
+  interpreter's own fp32-to-bf16 cast truncated).
 - **Launch hooks.** :data:`AFTER_LAUNCH` runs after every interpreted launch (the
   emulation backend delivers cross-node writes there).
 - **Aggregate methods.** Triton's ``_aggregate`` attaches only compiled-mode
@@ -181,6 +188,133 @@ def _patch_float_exchange() -> None:
     builder.create_atomic_rmw = create_atomic_rmw
 
 
+_RELATIONS = ("EQ", "NE", "LT", "GT", "LE", "GE")
+#: Builder methods that compute on floats, and which argument's dtype their result takes.
+_BF16_FLOAT_OPS = {
+    **{
+        name: 0
+        for name in (
+            "create_fadd",
+            "create_fsub",
+            "create_fmul",
+            "create_fdiv",
+            "create_frem",
+            "create_precise_divf",
+            "create_minimumf",
+            "create_minnumf",
+            "create_maximumf",
+            "create_maxnumf",
+            "create_clampf",
+            "create_cos",
+            "create_sin",
+            "create_exp",
+            "create_exp2",
+            "create_log",
+            "create_log2",
+            "create_sqrt",
+            "create_precise_sqrt",
+            "create_rsqrt",
+            "create_floor",
+            "create_ceil",
+            "create_erf",
+            *(f"create_fcmp{order}{relation}" for order in "OU" for relation in _RELATIONS),
+        )
+    },
+    "create_fma": 2,
+    "create_dot": 2,
+}
+
+
+def _is_bf16(value) -> bool:
+    return (
+        isinstance(value, _interpreter.TensorHandle)
+        and value.data.dtype == np.uint16
+        and value.dtype.scalar.is_bf16()
+    )
+
+
+def _widened(value):
+    import triton.language as tl
+
+    return _interpreter.TensorHandle(_bf16_to_float(value.data), tl.float32) if _is_bf16(value) else value
+
+
+def _computing_in_fp32(original, result_from: int):
+    def method(self, *args):
+        if not any(_is_bf16(arg) for arg in args):
+            return original(self, *args)
+        result = original(self, *(_widened(arg) for arg in args))
+        source = args[result_from]
+        if not _is_bf16(source):
+            return result
+        if result.data.dtype == np.float32:  # a value: round it back to bf16
+            return _interpreter.TensorHandle(_float_to_bf16(result.data), source.dtype.scalar)
+        return _interpreter.TensorHandle(result.data, source.dtype.scalar)  # a comparison's booleans
+
+    method._iris_fixed = True
+    return method
+
+
+def _bf16_tensor(tensor):
+    # A reduction's or scan's fp32 result as the bf16 tensor of the same shape.
+    import triton.language as tl
+
+    kind = tl.block_type(tl.bfloat16, tensor.type.shape) if tensor.type.is_block() else tl.bfloat16
+    bits = _float_to_bf16(np.asarray(tensor.handle.data))
+    return tl.core.tensor(_interpreter.TensorHandle(bits, tl.bfloat16), kind)
+
+
+def _reducing_in_fp32(original):
+    def method(self, input, *args, **kwargs):
+        value = input[0] if isinstance(input, tuple) else input
+        if not _is_bf16(value.handle):
+            return original(self, input, *args, **kwargs)
+        import triton.language as tl
+
+        wide = self.to_tensor(_bf16_to_float(value.handle.data), tl.float32)
+        result = original(self, (wide, *input[1:]) if isinstance(input, tuple) else wide, *args, **kwargs)
+        if isinstance(result, list):  # scans
+            return [_bf16_tensor(item) for item in result]
+        if isinstance(result, tuple):  # (value, index)
+            return (_bf16_tensor(result[0]), *result[1:])
+        return _bf16_tensor(result)
+
+    method._iris_fixed = True
+    return method
+
+
+def _casting_through_fp32(original):
+    def cast_impl(self, src, dst_type):
+
+        source, target = src.dtype.scalar, dst_type.scalar
+        if source == target or not (source.is_bf16() or target.is_bf16()):
+            return original(self, src, dst_type)
+        if source.is_bf16():
+            return original(self, _widened(src), dst_type)
+        # Any value to bf16 through fp32, rounded to nearest even (the interpreter truncated).
+        return _interpreter.TensorHandle(_float_to_bf16(src.data.astype(np.float32)), target)
+
+    cast_impl._iris_fixed = True
+    return cast_impl
+
+
+def _patch_bf16_arithmetic() -> None:
+    builder = _interpreter.InterpreterBuilder
+    if getattr(builder.cast_impl, "_iris_fixed", False):
+        return
+    for name, result_from in _BF16_FLOAT_OPS.items():
+        original = getattr(builder, name, None)
+        if original is not None:
+            setattr(builder, name, _computing_in_fp32(original, result_from))
+    builder.cast_impl = _casting_through_fp32(builder.cast_impl)
+    reductions = {_interpreter.ReduceOps: ("sum", "min_max"), _interpreter.ScanOps: ("cumsum", "cumprod")}
+    for cls, names in reductions.items():
+        for name in names:
+            original = getattr(cls, name, None)
+            if original is not None:
+                setattr(cls, name, _reducing_in_fp32(original))
+
+
 _applied = False
 
 
@@ -210,4 +344,5 @@ def apply() -> None:
     _patch_jit_functions()
     _patch_launch_hooks()
     _patch_bf16_constants()
+    _patch_bf16_arithmetic()
     _patch_float_exchange()

@@ -92,12 +92,6 @@ def static_timeout_ns():
 
 
 @triton.jit
-def dot_operand(tile):
-    """``tile`` as ``tl.dot`` should take it (the GPU multiplies bf16 and fp16 natively)."""
-    return tile
-
-
-@triton.jit
 def sleep_ns(NS: tl.constexpr):
     """Let the SM's other warps issue for about ``NS`` nanoseconds (a polite spin)."""
     tl.inline_asm_elementwise(

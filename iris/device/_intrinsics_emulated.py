@@ -98,12 +98,6 @@ def static_timeout_ns():
     return tl.full([], int(wait_timeout() * 1e9), tl.int64)
 
 
-def dot_operand(tile):
-    # The Triton 3.6 interpreter multiplies bf16 tiles as raw bits in tl.dot: widen them
-    # first (exact: bf16 and fp16 fit in fp32).
-    return tile.to(tl.float32)
-
-
 def sleep_ns(NS):
     pass  # one program runs at a time: there is nobody to yield to
 

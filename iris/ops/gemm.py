@@ -24,7 +24,6 @@ Example:
 import triton
 import triton.language as tl
 
-from ..device import intrinsics as hw
 from ..device import rma, tracing
 from ..device.tiles import tile_coords
 
@@ -95,7 +94,7 @@ def tile_gemm(
                 a_ptrs, cur_rank, a_rank, heap_bases, mask=a_mask, other=pad, pid_m=pid_m, pid_n=pid_n
             )
         tile_b = tl.load(b_ptrs, mask=b_mask, other=pad)
-        acc = tl.dot(hw.dot_operand(tile_a), hw.dot_operand(tile_b), acc)
+        acc = tl.dot(tile_a, tile_b, acc)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     return acc
@@ -256,7 +255,7 @@ def tile_gemm_tma(
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         tile_a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
         tile_b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
-        acc = tl.dot(hw.dot_operand(tile_a), hw.dot_operand(tile_b), acc)
+        acc = tl.dot(tile_a, tile_b, acc)
     return acc
 
 

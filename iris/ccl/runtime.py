@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..distributed import extract_group_info as group_info
 from ..group_slots import GroupSlots
 from ..prepared import LaunchCache, PreparedLaunch
 from .device import PHASES
@@ -392,6 +393,4 @@ def extract_group_info(group, ctx) -> tuple[int, int, int, int, int]:
     Example:
         >>> rank_in_group, rank, size, start, stride = extract_group_info(group, ctx)
     """
-    from ..distributed import extract_group_info as group_info
-
     return group_info(group, ctx.get_rank(), ctx.get_num_ranks())

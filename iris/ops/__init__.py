@@ -78,7 +78,7 @@ from .matmul import matmul_launch
 from .pull_gather import pull_gather_matmul_kernel
 from .reduce import gemm_reduce_kernel
 from .tile_reduce_scatter import tile_reduce_scatter_kernel
-from .workspace import LOCKED_ALL_REDUCE_VARIANTS, FusedWorkspace, upstream_lock_tiles
+from .workspace import FusedWorkspace, upstream_lock_tiles
 
 __all__ = [
     "FusedConfig",
@@ -244,8 +244,7 @@ class Ops:
         """
         _refuse_bias("matmul_all_reduce", bias)
         variant = upstream_setting(config, "all_reduce_variant")
-        locked = variant in LOCKED_ALL_REDUCE_VARIANTS
-        lock_tiles = upstream_lock_tiles(A, B, config or FusedConfig()) if locked else 0
+        lock_tiles = upstream_lock_tiles(A, B, config, variant)
         _fill_workspace(workspace, "matmul_all_reduce", A, B, self._ctx, variant, lock_tiles, reuse=True)
         key = ("matmul_all_reduce", *self._call_key(out, A, B, async_op, config))
         self._run(
@@ -272,7 +271,7 @@ class Ops:
             >>> ctx.ops.matmul_reduce_scatter(out, x, w_shard)
         """
         _refuse_bias("matmul_reduce_scatter", bias)
-        lock_tiles = upstream_lock_tiles(A, B, config or FusedConfig())
+        lock_tiles = upstream_lock_tiles(A, B, config)
         _fill_workspace(workspace, "matmul_reduce_scatter", A, B, self._ctx, "two_shot", lock_tiles)
         if _scatters_tiles(out, A, B, self._ctx.get_num_ranks()):
             key = ("matmul_reduce_scatter_tiles", *self._call_key(out, A, B, async_op, config))

@@ -311,8 +311,13 @@ def split_sm_registers(producer, consumer, producer_warps: int, consumer_warps: 
     return None, registers_beside(used, producer_warps, consumer_warps) or None
 
 
-def _tile_count(rows: int, cols: int, block_m: int, block_n: int) -> int:
-    # Tiles covering a rows x cols output, partial ones included.
+def tile_count(rows: int, cols: int, block_m: int, block_n: int) -> int:
+    """Tiles of ``block_m x block_n`` covering a ``rows x cols`` output, partial ones included.
+
+    Example:
+        >>> tile_count(1000, 512, 128, 256)
+        16
+    """
     return -(-rows // block_m) * -(-cols // block_n)
 
 
@@ -389,7 +394,7 @@ def default_config(
             block_m=32, block_n=32, block_k=32, group_m=2, num_warps=4, num_stages=1, comm_sms=2, comm_rows=16
         )
     comm_sms = 16 if world_size <= 2 else 24
-    wide_tiles = _tile_count(rows, cols, 128, 256)
+    wide_tiles = tile_count(rows, cols, 128, 256)
     if wide_tiles >= 2 * (num_sms - comm_sms):
         if op == "matmul_all_gather" and sharing_saves_a_wave(wide_tiles, num_sms, comm_sms):
             return FusedConfig(block_n=256, num_stages=3, comm_sms=comm_sms, consumer_warps=2, comm_rows=16)
@@ -421,7 +426,7 @@ def gemm_config(rows: int, cols: int, k: int, num_sms: int) -> FusedConfig:
     narrow = FusedConfig(block_n=128, num_warps=4, num_stages=4)
 
     def waves(config: FusedConfig) -> int:
-        return -(-_tile_count(rows, cols, config.block_m, config.block_n) // num_sms)
+        return -(-tile_count(rows, cols, config.block_m, config.block_n) // num_sms)
 
     steps = max(1, -(-k // narrow.block_k))
     narrow_cost = waves(narrow) * (1 + NARROW_TILE_EXTRA_STEPS / steps)
@@ -505,7 +510,7 @@ def choose_variant(
         return "unfused"
     if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS and not spans_nodes:
         return COPY_ENGINE
-    tiles = _tile_count(rows, cols, 128, 128)
+    tiles = tile_count(rows, cols, 128, 128)
     if world_size == 2 and op in ("matmul_reduce_scatter", "all_gather_matmul", "matmul_all_reduce"):
         one_peer = _one_peer_variant(op, rows * cols, k, tiles / num_sms, spans_nodes)
         if one_peer is not None:

@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 from .config import FusedConfig, upstream_setting
-from .workspace import LOCKED_ALL_REDUCE_VARIANTS, FusedWorkspace, upstream_lock_tiles
+from .workspace import FusedWorkspace, upstream_lock_tiles
 
 
 def _checked(shmem, config, workspace) -> FusedWorkspace:
@@ -53,8 +53,7 @@ def matmul_all_reduce_preamble(
         >>> ws = iris.ops.matmul_all_reduce_preamble(ctx, out, a, b)
     """
     variant = upstream_setting(config, "all_reduce_variant")
-    locked = variant in LOCKED_ALL_REDUCE_VARIANTS
-    lock_tiles = upstream_lock_tiles(A, B, config or FusedConfig()) if locked else 0
+    lock_tiles = upstream_lock_tiles(A, B, config, variant)
     workspace = _prepared(shmem, "matmul_all_reduce", A, B, config, workspace, variant, lock_tiles)
     C.zero_()
     shmem.barrier()
@@ -145,7 +144,7 @@ def matmul_reduce_scatter_preamble(
     Example:
         >>> ws = iris.ops.matmul_reduce_scatter_preamble(ctx, out, a, b)
     """
-    lock_tiles = upstream_lock_tiles(A, B, config or FusedConfig())
+    lock_tiles = upstream_lock_tiles(A, B, config)
     workspace = _prepared(
         shmem, "matmul_reduce_scatter", A, B, config, workspace, "two_shot", lock_tiles, check=True
     )

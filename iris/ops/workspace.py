@@ -21,22 +21,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from ..errors import WorkspaceTooSmallError
+from .config import FusedConfig, tile_count
 
 #: ``matmul_all_reduce`` variants for which upstream's preamble allocates a lock per tile.
 LOCKED_ALL_REDUCE_VARIANTS = ("spinlock", "one_shot", "two_shot")
 
 
-def upstream_lock_tiles(A: torch.Tensor, B: torch.Tensor, config) -> int:
-    """Output tiles of ``A @ B`` in ``config``'s ``block_m x block_n``: the locks upstream allocates.
+def upstream_lock_tiles(A: torch.Tensor, B: torch.Tensor, config=None, all_reduce_variant=None) -> int:
+    """The locks upstream's preamble allocates for ``A @ B``: one per output tile.
+
+    Tiles are ``config``'s ``block_m x block_n`` (``FusedConfig()``'s when ``config`` is
+    None). Pass ``matmul_all_reduce``'s variant as ``all_reduce_variant``: upstream keeps
+    no locks (0) for those outside :data:`LOCKED_ALL_REDUCE_VARIANTS`.
 
     Example:
         >>> upstream_lock_tiles(ctx.zeros(512, 64), ctx.zeros(64, 512), FusedConfig(block_m=128, block_n=128))
         16
     """
-    return triton.cdiv(A.shape[0], config.block_m) * triton.cdiv(B.shape[1], config.block_n)
+    if all_reduce_variant is not None and all_reduce_variant not in LOCKED_ALL_REDUCE_VARIANTS:
+        return 0
+    config = config or FusedConfig()
+    return tile_count(A.shape[0], B.shape[1], config.block_m, config.block_n)
 
 
 @dataclass

@@ -96,6 +96,44 @@ class PreparedLaunch:
         )
 
 
+class CapturedPlan:
+    """A plan's steps, run as they are on the first call, then recorded once as one graph and replayed.
+
+    A plan of many host steps (the copy-engine variants queue a cuBLAS call and a DMA
+    copy per chunk, each costing tens of microseconds in Python) can take longer to
+    queue than the GPU takes to run it, and the GPU then waits for the host. A replay
+    queues the whole plan with one launch. The first call runs the steps directly
+    (compiling kernels and allocating workspaces, which a recording must not do); the
+    second records them (``backend.capture``) and replays. Where the backend cannot
+    record (the interpreter), or while the caller records its own graph, the steps
+    run as they are, so a caller's capture holds them, not a nested replay.
+
+    The plan must do the same device work on every call: keyed by its tensors'
+    addresses and shapes (:class:`LaunchCache`), with counters on the device.
+
+    Example:
+        >>> plan = CapturedPlan([lambda: epoch.add_(1), matmul, put, barrier], ctx.backend)
+        >>> plan(); plan()   # run; then record and replay
+    """
+
+    def __init__(self, steps, backend):
+        self.steps = list(steps)
+        self._backend = backend
+        self._replay: Callable[[], None] | None = None
+        self._runs = 0
+
+    def __call__(self) -> None:
+        backend = self._backend
+        if self._replay is None and self._runs and not backend.capturing():
+            self._replay = backend.capture(self.steps)
+        if self._replay is not None and not backend.capturing():
+            self._replay()
+            return
+        self._runs += 1
+        for step in self.steps:
+            step()
+
+
 def _hooks_installed() -> bool:
     """Whether a profiler or debugger watches launches (then only Triton's own path calls its hooks)."""
     for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):

@@ -5,7 +5,9 @@
 #   putget     put/get bandwidth before and after a change, twice each, alternating: BEFORE names a
 #              copy of the previous tree (iris/, iris_trace/, benchmarks/), carried;
 #   tracing    benchmarks/tracing_overhead.py --breakdown at 2 ranks, before (if BEFORE) and after;
-#   fused      benchmarks/fused_ops.py at 2 ranks, every op (the one-peer auto rules);
+#   fused      benchmarks/fused_ops.py at 2 ranks, every op (the one-peer auto rules), or FUSED_ARGS
+#              (e.g. --ops and --sweep) into fused_ops_${tag}${FUSED_NAME};
+#   profile    scripts/profile_op.py PROFILE_ARGS at 2 ranks: each call's kernels and copies per stream;
 #   crossnode  the collectives, fused ops and tile collectives across "nodes" (IRIS_TEST_RANKS_PER_NODE=1);
 #   suite      the test suite at 1 and 2 ranks, one rank per GPU;
 #   check      CHECK_TESTS (with -k CHECK_FILTER if set) at CHECK_SIZES ranks (default 2), one rank per GPU;
@@ -53,8 +55,14 @@ if [[ " $parts " == *" tracing "* ]]; then
   done
 fi
 if [[ " $parts " == *" fused "* ]]; then
-  timeout 240 python -m iris.run -n 2 benchmarks/fused_ops.py --iters 50 --out "$out/fused_ops_${tag}.json" \
-    2>&1 | grep -v Warning | tail -40
+  # shellcheck disable=SC2086 - FUSED_ARGS is a list of arguments
+  timeout "${FUSED_TIMEOUT:-240}" python -m iris.run -n 2 benchmarks/fused_ops.py --iters 50 ${FUSED_ARGS:-} \
+    --out "$out/fused_ops_${tag}${FUSED_NAME:-}.json" 2>&1 | grep -v Warning | tail -60
+fi
+if [[ " $parts " == *" profile "* ]]; then
+  # shellcheck disable=SC2086 - PROFILE_ARGS is a list of arguments
+  timeout 180 python -m iris.run -n 2 scripts/profile_op.py ${PROFILE_ARGS:-} --out "$out/profile_${tag}.json" \
+    2>&1 | grep -v Warning | tail -150
 fi
 if [[ " $parts " == *" crossnode "* ]]; then
   # Every cross-node kernel links NVSHMEM's bitcode as it compiles (seconds each): many

@@ -35,3 +35,52 @@ def test_a_launch_cache_builds_once_and_keeps_the_latest_entries():
     with pytest.raises(ZeroDivisionError):
         cache.get_or_build("d", lambda: 1 / 0)
     assert "d" not in cache and len(cache) == 2  # a failed build keeps nothing and drops nothing
+
+
+class _RecordingBackend:
+    """A backend that records plans as a GPU one would: capture returns a replay, unless capturing."""
+
+    def __init__(self, calls):
+        self.calls, self.recording, self.captured = calls, False, 0
+
+    def capture(self, steps):
+        if self.recording:
+            return None
+        self.captured += 1
+        return lambda: self.calls.append("replay")
+
+    def capturing(self):
+        return self.recording
+
+
+def test_a_captured_plan_runs_once_then_records_once_and_replays():
+    from iris.prepared import CapturedPlan
+
+    calls = []
+    backend = _RecordingBackend(calls)
+    plan = CapturedPlan([lambda: calls.append("step")], backend)
+    for _ in range(3):
+        plan()
+    assert calls == ["step", "replay", "replay"] and backend.captured == 1
+
+
+def test_a_captured_plan_inside_a_callers_recording_runs_its_steps():
+    from iris.prepared import CapturedPlan
+
+    calls = []
+    backend = _RecordingBackend(calls)
+    plan = CapturedPlan([lambda: calls.append("step")], backend)
+    plan(), plan()  # recorded by now
+    backend.recording = True  # the caller records its own graph: the steps must go into it
+    plan()
+    assert calls == ["step", "replay", "step"] and backend.captured == 1
+
+
+def test_the_emulated_backend_records_nothing():
+    from iris.prepared import CapturedPlan
+
+    backend, calls = make_backend("emulated"), []
+    assert backend.capture([lambda: calls.append("step")]) is None and not backend.capturing()
+    plan = CapturedPlan([lambda: calls.append("step")], backend)
+    plan(), plan()
+    assert calls == ["step", "step"]

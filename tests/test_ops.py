@@ -33,7 +33,10 @@ def _relative_error(got, expected):
 
 
 def _calls(variant):
-    return 2 if variant in ("fused", "workgroup_specialized", "producer_consumer", "copy_engine") else 1
+    # copy_engine: on GPUs the first call runs its plan, the second records and replays it.
+    if variant == "copy_engine":
+        return 3
+    return 2 if variant in ("fused", "workgroup_specialized", "producer_consumer") else 1
 
 
 def _config(variant, **changes):
@@ -91,6 +94,8 @@ def _matmul_all_gather_body(rank, world_size, variant, dim, dtype_name, changes)
         ("unfused", 1, "bf16", {}),
         ("copy_engine", 1, "bf16", {}),
         ("copy_engine", 0, "fp16", {}),
+        ("copy_engine", 1, "bf16", {"sm_tail": False}),  # every chunk by the copy engines
+        ("copy_engine", 0, "fp16", {"copy_chunks": 3, "copy_tail_rows": 8, "sm_tail": True}),
     ],
 )
 def test_matmul_all_gather_matches_torch(multi_world, variant, dim, dtype, changes):
@@ -287,15 +292,15 @@ def test_auto_fuses_only_large_multi_rank_problems():
     assert choose_variant(cfg, 1024, 512, 4096, 4, 132) == "unfused"
     assert choose_variant(cfg, 8192, 2048, 8192, 4, 132) == "fused"
     assert choose_variant(cfg, 8192, 2048, 8192, 1, 132) == "unfused"
-    # GEMM + all-scatter to one peer pushes from the computing programs, or for deep GEMMs
-    # with several tiles per SM lets the copy engines push (not across nodes)
-    assert choose_variant(cfg, 4096, 7168, 4096, 2, 132, "matmul_all_gather") == "fused_sequential"
-    assert choose_variant(cfg, 1024, 7168, 4096, 2, 132, "matmul_all_gather") == "fused_sequential"
-    # ... and below two waves (1.9 tiles per SM) leaves it to cuBLAS and the all-scatter kernel
-    assert choose_variant(cfg, 1024, 4096, 8192, 2, 132, "matmul_all_gather") == "unfused"
-    assert choose_variant(cfg, 4096, 4096, 8192, 2, 132, "matmul_all_gather") == "copy_engine"
-    deep = (cfg, 4096, 4096, 8192, 2, 132, "matmul_all_gather")
-    assert choose_variant(*deep, spans_nodes=True) == "fused_sequential"
+    # GEMM + all-scatter to one peer: the copy engines from 2^22 elements; below, or across
+    # nodes, pushed by the computing programs, and below two waves (1.9 tiles per SM)
+    # left to cuBLAS and the all-scatter kernel
+    assert choose_variant(cfg, 4096, 7168, 4096, 2, 132, "matmul_all_gather") == "copy_engine"
+    assert choose_variant(cfg, 1024, 4096, 8192, 2, 132, "matmul_all_gather") == "copy_engine"
+    assert choose_variant(cfg, 1024, 2048, 4096, 2, 132, "matmul_all_gather") == "unfused"
+    gather = dict(world_size=2, num_sms=132, op="matmul_all_gather", spans_nodes=True)
+    assert choose_variant(cfg, 1024, 7168, 4096, **gather) == "fused_sequential"
+    assert choose_variant(cfg, 1024, 4096, 8192, **gather) == "unfused"
     assert choose_variant(cfg, 4096, 4096, 8192, 2, 132, "matmul_all_reduce") == "fused"
     assert choose_variant(cfg, 4096, 2048, 8192, 4, 132, "matmul_all_gather") == "fused"
     assert choose_variant(cfg, 8, 8, 8, 2, 8, interpreted=True) == "fused"
@@ -304,20 +309,19 @@ def test_auto_fuses_only_large_multi_rank_problems():
 
 def test_auto_with_one_peer_follows_the_two_gpu_measurements():
     # Per-rank (rows, cols, k) of benchmarks/fused_ops.py's shapes on two ranks; the
-    # expected picks are the fastest styles of sweeps/fused_ops_h200x2_before_one_peer_rule.json.
+    # expected picks are the fastest styles of results/fused_ops_h200x2.json.
     cfg = FusedConfig()
 
     def pick(op, rows, cols, k, world_size=2, spans_nodes=False):
         return choose_variant(cfg, rows, cols, k, world_size, 132, op, spans_nodes=spans_nodes)
 
-    for rows, cols in ((4096, 8192), (4096, 14336)):
-        assert pick("matmul_reduce_scatter", rows, cols, 2048) == "copy_engine"
-    for rows, cols in ((1024, 8192), (1024, 14336)):
-        assert pick("matmul_reduce_scatter", rows, cols, 4096) == "unfused"
-    for rows, cols, k in ((16384, 4096, 8192), (16384, 7168, 4096), (4096, 4096, 8192), (4096, 7168, 4096)):
-        assert pick("all_gather_matmul", rows, cols, k) == "copy_engine"
-    for cols, k in ((4096, 8192), (7168, 4096)):
-        assert pick("all_gather_matmul", 1024, cols, k) == "unfused"
+    for rows, cols, k in ((4096, 8192, 2048), (4096, 14336, 2048), (1024, 8192, 4096), (1024, 14336, 2048)):
+        assert pick("matmul_reduce_scatter", rows, cols, k) == "copy_engine"
+    assert pick("matmul_reduce_scatter", 512, 4096, 4096) == "unfused"  # 2^21 elements
+    for rows in (16384, 4096, 1024):
+        for cols, k in ((4096, 8192), (7168, 4096)):
+            assert pick("all_gather_matmul", rows, cols, k) == "copy_engine"
+            assert pick("matmul_all_gather", rows, cols, k) == "copy_engine"
     assert pick("matmul_all_reduce", 16384, 8192, 4096) == "fused"
     assert pick("matmul_all_reduce", 4096, 8192, 4096) == "fused"
     for rows, cols, k in ((16384, 14336, 2048), (4096, 14336, 2048), (1024, 8192, 4096), (1024, 14336, 2048)):
@@ -566,3 +570,17 @@ def test_ops_kernels_compile_for_hopper():
     assert "barriers_in_multi_entry_loops {}" in lines, stdout
     # The plain GEMM moves its tiles with bulk tensor copies, traced or not.
     assert sum("matmul_tma[" in line and "bulk_tensor_copies=" in line for line in lines) == 2, stdout
+
+
+def test_copy_chunks_cover_the_block_once_with_the_tail_last():
+    from iris.ops.copy_plans import chunk_bounds
+
+    assert chunk_bounds(4096, 0) == [(0, 1024), (1024, 2048), (2048, 3072), (3072, 4096)]
+    assert chunk_bounds(4096, 0, tail_rows=512)[-2:] == [(3072, 3584), (3584, 4096)]
+    assert chunk_bounds(4096, 3) == [(0, 1536), (1536, 3072), (3072, 4096)]  # whole 256-row tiles
+    assert chunk_bounds(1024, 0, tail_rows=512) == [(0, 512), (512, 1024)]  # no shorter than the chunks: none
+    assert chunk_bounds(0, 0, tail_rows=512) == []
+    for rows, chunks, tail in [(4096, 0, 512), (16384, 0, 1024), (1000, 7, 3), (5, 8, 0)]:
+        bounds = chunk_bounds(rows, chunks, tail)
+        assert bounds[0][0] == 0 and bounds[-1][1] == rows
+        assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(bounds, bounds[1:], strict=False))

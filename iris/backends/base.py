@@ -8,7 +8,7 @@ map, how to map a peer's block, and what "the device" is. Everything above it
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,6 +197,24 @@ class Backend(ABC):
             >>> ctx.backend.wait_value(started, 132)   # then launch what must follow them
         """
         raise NotImplementedError(f"the {self.name} backend has no stream-ordered waits")
+
+    def capture(self, steps: Sequence[Callable[[], None]]) -> Callable[[], None] | None:
+        """Record ``steps`` (launches on the current stream and on streams it forks) as one graph.
+
+        Returns a callable that replays them on the current stream, or ``None`` where
+        nothing can be recorded: the interpreter runs each launch as it is called, and
+        while a capture is under way (:meth:`capturing`) the steps belong to that one.
+        Recording does not run the steps.
+
+        Example:
+            >>> replay = ctx.backend.capture([lambda: torch.matmul(a, b, out=c)])
+            >>> replay()
+        """
+        return None
+
+    def capturing(self) -> bool:
+        """Whether the current stream is being recorded into a graph (see :meth:`capture`)."""
+        return False
 
     def check_nodes(self, num_nodes: int) -> None:
         """Raise a clear error when this backend cannot run a job that spans ``num_nodes`` nodes.

@@ -218,6 +218,19 @@ class CudaBackend(Backend):
         if err != driver.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"iris: cuStreamWaitValue32 failed with {err!r}")
 
+    def capture(self, steps):
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: torch.distributed's watchdog thread may query its events meanwhile.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            for step in steps:
+                step()
+        return graph.replay
+
+    def capturing(self) -> bool:
+        return torch.cuda.is_current_stream_capturing()
+
     def completion_event(self, device: torch.device):
         event = torch.cuda.Event()
         event.record(torch.cuda.current_stream(device))

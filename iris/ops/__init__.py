@@ -305,7 +305,7 @@ class Ops:
         block = out.narrow(dim, rank * (M if dim == 0 else N), M if dim == 0 else N)
         cfg, variant = self._config_and_variant(config, M, N, K, "matmul_all_gather")
         if variant == COPY_ENGINE:
-            return matmul_all_gather_plan(self, out, A, B, block, cfg.copy_chunks, async_op)
+            return matmul_all_gather_plan(self, out, A, B, block, cfg, async_op)
         if variant == "fused":
             variant = "producer_consumer" if cfg.consumer_warps else "workgroup_specialized"
         num_sms = ctx.get_cu_count()

@@ -40,39 +40,38 @@ GATHER_MIN_TILES_PER_SM = 8.0
 COPY_ENGINE_MIN_ELEMENTS = 1 << 27
 #: ``matmul_all_gather`` (GEMM + all-scatter) for at most this many peers does not give SMs
 #: to communication (``workgroup_specialized``): with one peer a tile's push is short next
-#: to its GEMM, and every SM computing wins. It pushes each tile from the program that
-#: computed it (``fused_sequential``), or, for deep GEMMs with several tiles per SM, lets
-#: cuBLAS keep every SM while the copy engines move finished blocks (``copy_engine``, from
-#: :data:`SCATTER_COPY_MIN_K` and :data:`SCATTER_COPY_MIN_TILES_PER_SM`). Measured on
-#: 2 x H200 at the six shapes of benchmarks/fused_ops.py in three runs: fused_sequential
-#: beat workgroup_specialized at every shape, by 5-24%, and the copy engines beat
-#: fused_sequential by 5-8% at K = 8192 from 7.8 tiles per SM, lost by 5% at K = 4096 and
-#: by 35% at 1.9 tiles per SM (benchmarks/results/fused_ops_h200x2*.json, docs/fused.md).
-#: On 4 x H200 (three peers) workgroup_specialized wins by 10-35% at M >= 4096.
+#: to its GEMM, and every SM computing wins. Where the copy engines do not take it
+#: (:data:`ONE_PEER_COPY_MIN_ELEMENTS`, or a job that spans nodes), it pushes each tile
+#: from the program that computed it (``fused_sequential``). Measured on 2 x H200 at the
+#: six shapes of benchmarks/fused_ops.py in three runs: fused_sequential beat
+#: workgroup_specialized at every shape, by 5-24%. On 4 x H200 (three peers)
+#: workgroup_specialized wins by 10-35% at M >= 4096.
 SEQUENTIAL_SCATTER_MAX_PEERS = 1
-SCATTER_COPY_MIN_K = 8192
-SCATTER_COPY_MIN_TILES_PER_SM = 4.0
 #: ... and with one peer it fuses from this many 128 x 128 output tiles per SM; below, in
 #: under two waves, the last wave's pushes have no GEMM left to hide behind, and cuBLAS
 #: plus the all-scatter kernel won: at 1.9 tiles per SM (M = 1024, K = 8192) unfused beat
 #: fused_sequential by 4-7% in three 2-GPU runs, while at 3.4 tiles per SM (K = 4096)
 #: fused_sequential won by 2-4% (benchmarks/results/fused_ops_h200x2.json, docs/fused.md).
 ONE_PEER_SCATTER_MIN_TILES_PER_SM = 2.0
-#: With one peer (two ranks), ``matmul_reduce_scatter`` and ``all_gather_matmul`` use the
-#: copy engines from this many per-rank output elements, and ``matmul_reduce_scatter``
-#: below it runs unfused: the exchange is one transfer to one peer, which the copy
-#: engines hide behind a cuBLAS GEMM that keeps every SM. Measured on 2 x H200 at the six
-#: shapes of benchmarks/fused_ops.py (one run, ``sweeps/fused_ops_h200x2_before_one_peer_rule.json``):
-#: the copy engines beat the next style by 3-22% from 2^24 elements (M >= 4096) and lost
-#: to unfused by 44-63% below it (M = 1024: 2^22 to 1.75 x 2^23), where fused reached
-#: 0.93x and 1.13x against unfused 1.14x and 1.15x.
-#: On 4 x H200 the copy engines lost at M = 4096 (0.57-0.88x): the 4-GPU rules stand.
-ONE_PEER_COPY_MIN_ELEMENTS = 1 << 24
-#: With one peer, ``matmul_all_reduce`` fuses only a deep GEMM (per-rank K at least this,
-#: and :data:`SCATTER_COPY_MIN_TILES_PER_SM` tiles per SM); otherwise cuBLAS plus
-#: ``ctx.ccl.all_reduce`` won, by 0-9% in the same run (fused won by 11% at K = 4096
+#: With one peer (two ranks), ``matmul_all_gather``, ``matmul_reduce_scatter`` and
+#: ``all_gather_matmul`` use the copy engines from this many per-rank output elements
+#: (below it ``matmul_reduce_scatter`` runs unfused): the exchange is one transfer to one
+#: peer, which the copy engines hide behind a cuBLAS GEMM that keeps every SM. Measured
+#: on 2 x H200 at the six shapes of benchmarks/fused_ops.py, the smallest 2^22 elements
+#: (M = 1024), with the copy-engine plans replayed as CUDA graphs: the copy engines were
+#: the fastest style of each op at every shape or within 3% of it (docs/fused.md). Before
+#: the replay they lost at M = 1024 by 44-63%, which was the host's time to queue them.
+#: On 4 x H200 (before the replay) the copy engines lost at M = 4096 (0.57-0.88x): the
+#: 4-GPU rules stand until they are measured again.
+ONE_PEER_COPY_MIN_ELEMENTS = 1 << 22
+#: With one peer, ``matmul_all_reduce`` fuses only a deep GEMM (per-rank K at least
+#: :data:`ONE_PEER_REDUCE_MIN_K`, and this many 128 x 128 tiles per SM); otherwise cuBLAS
+#: plus ``ctx.ccl.all_reduce`` won, by 0-9% in the same run (fused won by 11% at K = 4096
 #: with 15 and more tiles per SM). On 4 x H200 fused won at every shape, K = 1024 and 2048.
 ONE_PEER_REDUCE_MIN_K = 4096
+ONE_PEER_REDUCE_MIN_TILES_PER_SM = 4.0
+#: The ops with a copy-engine variant (``variant="copy_engine"``).
+COPY_ENGINE_OPS = ("matmul_all_gather", "matmul_reduce_scatter", "all_gather_matmul")
 
 
 #: Upstream Iris's ``FusedConfig`` names of this config's fields (either name works).
@@ -143,6 +142,11 @@ class FusedConfig:
             once the GEMM ends.
         copy_chunks: row chunks of the copy-engine ``matmul_all_gather`` (0: one per
             1024 rows, 2 to 8): chunk ``c`` travels while chunk ``c + 1`` is computed.
+        copy_tail_rows: rows of the copy-engine ``matmul_all_gather``'s last chunk, cut
+            from the end of the block when shorter than the other chunks (0: none): nothing
+            is left to hide that chunk's exchange behind, so it is kept short.
+        sm_tail: the copy-engine ``matmul_all_gather`` pushes its last chunk by SM stores
+            instead of the copy engines (once the GEMM ends every SM is free to push).
         variant: ``"auto"`` (by :func:`choose_variant`), ``"fused"`` (for ``matmul_all_gather``
             workgroup-specialised, or producer-consumer when ``consumer_warps`` is set), ``"unfused"``
             (cuBLAS + a collective), ``"copy_engine"`` (cuBLAS + copy-engine puts,
@@ -164,6 +168,8 @@ class FusedConfig:
     consumer_warps: int = 0
     split_last_wave: bool = False
     copy_chunks: int = 0
+    copy_tail_rows: int = 512
+    sm_tail: bool = True
     variant: str = "auto"
     #: upstream Iris's settings without effect here, as sorted ``(name, value)`` pairs.
     upstream: tuple = ()
@@ -181,6 +187,8 @@ class FusedConfig:
             )
         if self.copy_chunks < 0:
             raise ValueError(f"iris.ops: copy_chunks must be >= 0 (0: automatic), got {self.copy_chunks}")
+        if self.copy_tail_rows < 0:
+            raise ValueError(f"iris.ops: copy_tail_rows must be >= 0 (0: none), got {self.copy_tail_rows}")
         if self.consumer_warps not in (0, 1, 2, 4):
             raise ValueError(f"iris.ops: consumer_warps must be 0, 1, 2 or 4, got {self.consumer_warps}")
         if self.comm_sms < 1:
@@ -358,11 +366,11 @@ def sharing_saves_a_wave(tiles: int, num_sms: int, comm_sms: int) -> bool:
 
 def _one_peer_variant(op: str, elements: int, k: int, tiles_per_sm: float, spans_nodes: bool) -> str | None:
     # choose_variant's rules for two ranks (None: the general rules decide).
-    if op in ("matmul_reduce_scatter", "all_gather_matmul"):
+    if op in COPY_ENGINE_OPS:
         if elements >= ONE_PEER_COPY_MIN_ELEMENTS and not spans_nodes:
             return COPY_ENGINE
         return "unfused" if op == "matmul_reduce_scatter" else None
-    deep = k >= ONE_PEER_REDUCE_MIN_K and tiles_per_sm >= SCATTER_COPY_MIN_TILES_PER_SM
+    deep = k >= ONE_PEER_REDUCE_MIN_K and tiles_per_sm >= ONE_PEER_REDUCE_MIN_TILES_PER_SM
     return "fused" if deep else "unfused"
 
 
@@ -488,14 +496,14 @@ def choose_variant(
     fused kernels are what CI checks).
     On GPUs it fuses when there is communication to hide (more than one rank) and
     enough work to hide it behind (see :data:`MIN_TILES_PER_SM`, :data:`MIN_K`;
-    ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM`), GEMM + all-scatter with one
-    peer as ``fused_sequential`` or ``copy_engine`` (:data:`SEQUENTIAL_SCATTER_MAX_PEERS`; unfused
-    below :data:`ONE_PEER_SCATTER_MIN_TILES_PER_SM`); a large
+    ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM`); a large
     ``matmul_reduce_scatter`` uses the copy engines (:data:`COPY_ENGINE_MIN_ELEMENTS`),
     except in jobs that span nodes (``spans_nodes``): copy engines reach only this node's GPUs.
-    With one peer, ``matmul_reduce_scatter`` and ``all_gather_matmul`` use the copy engines
-    from :data:`ONE_PEER_COPY_MIN_ELEMENTS` (below it ``matmul_reduce_scatter`` runs unfused),
-    and ``matmul_all_reduce`` fuses only deep GEMMs (:data:`ONE_PEER_REDUCE_MIN_K`).
+    With one peer, the ops of :data:`COPY_ENGINE_OPS` use the copy engines from
+    :data:`ONE_PEER_COPY_MIN_ELEMENTS` (below it ``matmul_reduce_scatter`` runs unfused, and
+    GEMM + all-scatter runs ``fused_sequential``, or unfused below
+    :data:`ONE_PEER_SCATTER_MIN_TILES_PER_SM`), and ``matmul_all_reduce`` fuses only deep
+    GEMMs (:data:`ONE_PEER_REDUCE_MIN_K`).
     ``rows`` and ``cols`` are the per-rank GEMM's output (``op`` names the ``ctx.ops`` method).
 
     Example:
@@ -511,7 +519,7 @@ def choose_variant(
     if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS and not spans_nodes:
         return COPY_ENGINE
     tiles = tile_count(rows, cols, 128, 128)
-    if world_size == 2 and op in ("matmul_reduce_scatter", "all_gather_matmul", "matmul_all_reduce"):
+    if world_size == 2 and op in (*COPY_ENGINE_OPS, "matmul_all_reduce"):
         one_peer = _one_peer_variant(op, rows * cols, k, tiles / num_sms, spans_nodes)
         if one_peer is not None:
             return one_peer
@@ -521,6 +529,5 @@ def choose_variant(
     if op == "matmul_all_gather" and world_size - 1 <= SEQUENTIAL_SCATTER_MAX_PEERS:
         if tiles < ONE_PEER_SCATTER_MIN_TILES_PER_SM * num_sms:
             return "unfused"
-        deep = k >= SCATTER_COPY_MIN_K and tiles >= SCATTER_COPY_MIN_TILES_PER_SM * num_sms
-        return COPY_ENGINE if deep and not spans_nodes else "fused_sequential"
+        return "fused_sequential"
     return "fused"

@@ -7,7 +7,9 @@ pipelined so that a block travels while the next one is computed:
 
 * ``matmul_all_gather``: the local block is computed in row chunks; each finished
   chunk is put into every peer's ``out`` while the next chunk is computed. Only the
-  last chunk's copies are not hidden.
+  last chunk's copies are not hidden; with ``FusedConfig(sm_tail=True)`` every SM,
+  free once the GEMM ends, pushes that chunk with stores instead
+  (:func:`iris.ops.all_scatter.all_scatter_kernel`).
 * ``all_gather_matmul``: this rank's shard is put into every peer's gather buffer
   while cuBLAS multiplies the local rows; each peer's rows are multiplied once
   that peer announces its puts landed.
@@ -17,7 +19,10 @@ pipelined so that a block travels while the next one is computed:
 
 Every plan starts with the entry handshake of :mod:`iris.ops.copy_kernels` and
 ends by joining the copy lanes into the current stream, so CUDA graphs capture it
-whole. The copies are DMA transfers, not kernel stores; with tracing on,
+whole. Each plan is recorded as one (:class:`iris.prepared.CapturedPlan`) after its
+first call: queued step by step from Python, a 1024-row chunk's cuBLAS call and
+copy took about as long on the host as the GPU took to run them (2 x H200), so the
+GPU waited for the host. The copies are DMA transfers, not kernel stores; with tracing on,
 :mod:`iris.copy_engine` records each as a ``dma_put`` event on its copy lane.
 """
 
@@ -26,11 +31,14 @@ from __future__ import annotations
 import torch
 import triton
 
-from ..prepared import PreparedLaunch
+from ..prepared import CapturedPlan, PreparedLaunch
+from .all_scatter import all_scatter_kernel
 from .copy_kernels import announce_landed_kernel, enter_call_kernel, sum_landed_kernel, wait_landed_kernel
 
 #: ``copy_chunks=0`` puts one chunk per this many rows (between 2 and 8 chunks).
 ROWS_PER_CHUNK = 1024
+#: Chunks longer than this many rows are a multiple of it (cuBLAS's widest tiles have 256 rows).
+CHUNK_ALIGN = 256
 #: Tile of :func:`sum_landed_kernel`.
 SUM_BLOCK = 64
 
@@ -47,16 +55,32 @@ def matmul_into(A, B, out) -> None:
         out.copy_(A @ B)
 
 
-def chunk_rows(rows: int, chunks: int) -> int:
-    """Rows per chunk of a ``rows``-row block (``chunks=0``: one chunk per ``ROWS_PER_CHUNK`` rows).
+def chunk_bounds(rows: int, chunks: int, tail_rows: int = 0) -> list[tuple[int, int]]:
+    """``(start, stop)`` of each row chunk of a ``rows``-row block.
+
+    ``chunks`` equal chunks (0: one per ``ROWS_PER_CHUNK`` rows, between 2 and 8;
+    above ``CHUNK_ALIGN`` rows each, a multiple of it). A ``tail_rows`` tail shorter
+    than those chunks is cut from the end first and the rest chunked the same way:
+    nothing hides the last chunk's exchange, so a short last chunk shortens the wait.
 
     Example:
-        >>> chunk_rows(4096, 0)
-        1024
+        >>> chunk_bounds(4096, 0, tail_rows=512)
+        [(0, 1024), (1024, 2048), (2048, 3072), (3072, 3584), (3584, 4096)]
     """
     if chunks == 0:
         chunks = min(8, max(2, rows // ROWS_PER_CHUNK))
-    return max(1, -(-rows // chunks))
+
+    def split(length: int) -> list[tuple[int, int]]:
+        step = max(1, -(-length // chunks))
+        if step > CHUNK_ALIGN:  # whole rows of cuBLAS tiles in every chunk
+            step = -(-step // CHUNK_ALIGN) * CHUNK_ALIGN
+        return [(start, min(start + step, length)) for start in range(0, length, step)]
+
+    bounds = split(rows)
+    if len(bounds) > 1 and 0 < tail_rows < bounds[0][1]:
+        body = rows - tail_rows
+        bounds = [*split(body), (body, rows)]
+    return bounds
 
 
 class _Handshake:
@@ -68,10 +92,10 @@ class _Handshake:
         self.rank, self.world = ctx.get_rank(), ctx.get_num_ranks()
         bases = ctx.get_heap_bases()
         self.epoch = ops._epoch_counter()
-        entry, self.landed = ops._flags("entry", self.world), ops._flags("landed", self.world)
+        self.entry, self.landed = ops._flags("entry", self.world), ops._flags("landed", self.world)
         self.peers = [(self.rank + i) % self.world for i in range(1, self.world)]
         self._enter = PreparedLaunch(
-            enter_call_kernel, (1,), (entry, self.epoch, self.rank, self.world, bases)
+            enter_call_kernel, (1,), (self.entry, self.epoch, self.rank, self.world, bases)
         )
         self._announce = {
             peer: PreparedLaunch(
@@ -108,6 +132,14 @@ class _Handshake:
 
         return step
 
+    def replayed(self, steps: list) -> list:
+        """The plan to keep: ``steps`` recorded as one graph after their first run
+        (:class:`iris.prepared.CapturedPlan`: a chunk's host steps take about as long as its
+        GEMM), except while tracing is on (its buffers are the host's to replace)."""
+        if self.ctx.tracing.enabled:
+            return steps
+        return [CapturedPlan(steps, self.ctx.backend)]
+
     def wait(self, peer=None):
         """A step: wait until ``peer`` (None: every peer) announced that its puts landed here."""
         return self._wait[peer]
@@ -121,25 +153,45 @@ def _check_rows_unit_stride(name: str, tensor: torch.Tensor, what: str) -> None:
         )
 
 
-def matmul_all_gather_plan(ops, out, A, B, block, chunks: int, async_op: bool) -> list:
+def matmul_all_gather_plan(ops, out, A, B, block, cfg, async_op: bool) -> list:
     """Steps of ``matmul_all_gather`` (either ``dim``): ``block`` is this rank's view in ``out``.
 
+    ``cfg`` gives the chunks (``copy_chunks``, ``copy_tail_rows``) and how the last
+    one travels (``sm_tail``; its pushes use the config's tiles).
+
     Example:
-        >>> steps = matmul_all_gather_plan(ctx.ops, out, a, b, out[:, r * n:(r + 1) * n], 0, False)
+        >>> steps = matmul_all_gather_plan(ctx.ops, out, a, b, out[:, r * n:(r + 1) * n], cfg, False)
     """
     _check_rows_unit_stride("matmul_all_gather", out, "out")
     shake = _Handshake(ops)
     steps = shake.start()
-    rows = chunk_rows(block.shape[0], chunks)
-    for start in range(0, block.shape[0], rows):
-        a_rows, c_rows = A[start : start + rows], block[start : start + rows]
+    bounds = chunk_bounds(block.shape[0], cfg.copy_chunks, cfg.copy_tail_rows)
+    for start, stop in bounds:
+        a_rows, c_rows = A[start:stop], block[start:stop]
         steps.append(lambda a=a_rows, c=c_rows: matmul_into(a, B, c))
-        steps.append(shake.put(c_rows, c_rows, shake.peers))
+        if cfg.sm_tail and stop == bounds[-1][1]:
+            steps.append(_sm_push(ops, shake, c_rows, cfg))
+        else:
+            steps.append(shake.put(c_rows, c_rows, shake.peers))
     steps.append(shake.engine.join)
     # Peers put into this rank's out: only a barrier says that they are done.
     if not async_op:
         steps.append(shake.ctx.device_barrier)
-    return steps
+    return shake.replayed(steps)
+
+
+def _sm_push(ops, shake, block, cfg) -> PreparedLaunch:
+    # The bulk-synchronous style's push kernel, on every SM; the call's entry
+    # handshake (same flags, same epoch) has passed, so its own wait returns at once.
+    ctx = shake.ctx
+    num_sms = ctx.get_cu_count()
+    return PreparedLaunch(
+        all_scatter_kernel,
+        (num_sms,),
+        (block, shake.entry, shake.epoch, *block.shape, *block.stride(), shake.rank,
+         shake.world, ctx.get_heap_bases()),
+        dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, COMM_ROWS=cfg.comm_rows, num_warps=cfg.num_warps),
+    )  # fmt: skip
 
 
 def all_gather_matmul_plan(ops, out, A, B) -> list:
@@ -163,7 +215,7 @@ def all_gather_matmul_plan(ops, out, A, B) -> list:
         steps.append(shake.wait(peer))
         steps.append(lambda rows=rows: matmul_into(gathered[rows], B, out[rows]))
     steps.append(shake.engine.join)
-    return steps
+    return shake.replayed(steps)
 
 
 def matmul_reduce_scatter_plan(ops, out, A, B, partial) -> list:
@@ -195,4 +247,4 @@ def matmul_reduce_scatter_plan(ops, out, A, B, partial) -> list:
         )
     )
     steps.append(shake.engine.join)
-    return steps
+    return shake.replayed(steps)

@@ -121,6 +121,7 @@ class CudaBackend(Backend):
 
     def __init__(self):
         self._side_streams: dict[int, torch.cuda.Stream] = {}
+        self._capture_streams: dict[int, torch.cuda.Stream] = {}
 
     @property
     def dist_backend(self) -> str:
@@ -222,10 +223,23 @@ class CudaBackend(Backend):
         if torch.cuda.is_current_stream_capturing():
             return None
         graph = torch.cuda.CUDAGraph()
-        # thread_local: torch.distributed's watchdog thread may query its events meanwhile.
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            for step in steps:
-                step()
+        current = torch.cuda.current_stream()
+        # A stream of its own (capture cannot run on the default stream); unlike
+        # torch.cuda.graph this neither synchronizes the device nor empties the
+        # allocator's cache, which a caller's loop would pay for at every new plan.
+        side = self._capture_streams.get(current.device.index)
+        if side is None:
+            side = self._capture_streams[current.device.index] = torch.cuda.Stream(current.device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            # thread_local: torch.distributed's watchdog thread may query its events meanwhile.
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                for step in steps:
+                    step()
+            finally:
+                graph.capture_end()
+        current.wait_stream(side)
         return graph.replay
 
     def capturing(self) -> bool:

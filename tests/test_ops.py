@@ -14,7 +14,9 @@ from offline import run_cuda_script
 import iris
 from iris.ops import FusedConfig, choose_variant
 from iris.ops.config import last_wave_split, registers_beside, split_sm_registers
+from iris.ops.copy_plans import chunk_bounds
 from iris.ops.matmul import matmul_launch, tma_compatible
+from iris_trace.events import DMA_PUT
 
 M, N, K = 40, 48, 40
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -573,8 +575,6 @@ def test_ops_kernels_compile_for_hopper():
 
 
 def test_copy_chunks_cover_the_block_once_with_the_tail_last():
-    from iris.ops.copy_plans import chunk_bounds
-
     assert chunk_bounds(4096, 0) == [(0, 1024), (1024, 2048), (2048, 3072), (3072, 4096)]
     assert chunk_bounds(4096, 0, tail_rows=512)[-2:] == [(3072, 3584), (3584, 4096)]
     assert chunk_bounds(4096, 3) == [(0, 1536), (1536, 3072), (3072, 4096)]  # whole 256-row tiles
@@ -584,3 +584,45 @@ def test_copy_chunks_cover_the_block_once_with_the_tail_last():
         bounds = chunk_bounds(rows, chunks, tail)
         assert bounds[0][0] == 0 and bounds[-1][1] == rows
         assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(bounds, bounds[1:], strict=False))
+
+
+def _replayed_copy_plan_body(rank, world_size, traced):
+    # Three calls of the copy-engine plan on the same tensors, refilled in place (on GPUs:
+    # run, record and replay, replay): every call's result is right, and when traced,
+    # every chunk's put of every call is one dma_put event.
+    dtype = torch.bfloat16
+    with iris.iris(1 << 24) as ctx:
+        out = ctx.empty((M, world_size * N), dtype=dtype)
+        a, b = ctx.empty(M, K, dtype=dtype), ctx.empty(K, N, dtype=dtype)
+        config = _config("copy_engine", sm_tail=False)
+        chunks = len(chunk_bounds(M, config.copy_chunks, config.copy_tail_rows))
+        if traced:
+            ctx.tracing.enable(max_events=4096)
+        errors = []
+        for call in range(3):
+            fresh_a, fresh_b = _inputs(ctx, rank, (M, K), (K, N), dtype, call)
+            a.copy_(fresh_a), b.copy_(fresh_b)
+            out.fill_(float("nan"))
+            ctx.barrier()
+            run = lambda: ctx.ops.matmul_all_gather(out, a, b, dim=1, config=config)  # noqa: E731
+            if _refused_across_nodes(ctx, "copy_engine", run):
+                return [0.0], 0, 0
+            run()
+            ctx.barrier()
+            parts = torch.empty(world_size * M, N)
+            reference.all_gather_into_tensor(parts, a.float().cpu() @ b.float().cpu())
+            errors.append(_relative_error(out, torch.cat(parts.split(M), dim=1)))
+            ctx.barrier()
+        if not traced:
+            return errors, 0, 0
+        events = ctx.tracing.events()
+        ctx.tracing.disable()
+        puts = int((events["event_id"] == DMA_PUT).sum())
+        return errors, puts, 3 * chunks * (world_size - 1)
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_copy_engine_plans_give_the_same_result_when_replayed(multi_world, traced):
+    for errors, puts, expected in multi_world.run(_replayed_copy_plan_body, traced):
+        assert max(errors) < 1e-2, errors
+        assert puts == expected

@@ -135,9 +135,8 @@ class _Handshake:
     def replayed(self, steps: list) -> list:
         """The plan to keep: ``steps`` recorded as one graph after their first run
         (:class:`iris.prepared.CapturedPlan`: a chunk's host steps take about as long as its
-        GEMM), except while tracing is on (its buffers are the host's to replace)."""
-        if self.ctx.tracing.enabled:
-            return steps
+        GEMM). Traced plans too: their kernels find the trace buffers through the context
+        tensor's slots at run time, so a replay records into whatever buffers are current."""
         return [CapturedPlan(steps, self.ctx.backend)]
 
     def wait(self, peer=None):

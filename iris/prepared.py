@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -106,7 +107,8 @@ class CapturedPlan:
     (compiling kernels and allocating workspaces, which a recording must not do); the
     second records them (``backend.capture``) and replays. Where the backend cannot
     record (the interpreter), or while the caller records its own graph, the steps
-    run as they are, so a caller's capture holds them, not a nested replay.
+    run as they are, so a caller's capture holds them, not a nested replay. A recording
+    that fails warns once, and the steps run one by one from then on.
 
     The plan must do the same device work on every call: keyed by its tensors'
     addresses and shapes (:class:`LaunchCache`), with counters on the device.
@@ -121,17 +123,30 @@ class CapturedPlan:
         self._backend = backend
         self._replay: Callable[[], None] | None = None
         self._runs = 0
+        self._recordable = True
 
     def __call__(self) -> None:
         backend = self._backend
-        if self._replay is None and self._runs and not backend.capturing():
-            self._replay = backend.capture(self.steps)
+        if self._replay is None and self._runs and self._recordable and not backend.capturing():
+            self._replay = self._record()
         if self._replay is not None and not backend.capturing():
             self._replay()
             return
         self._runs += 1
         for step in self.steps:
             step()
+
+    def _record(self) -> Callable[[], None] | None:
+        try:
+            return self._backend.capture(self.steps)
+        except Exception as error:  # noqa: BLE001 - the steps still run, one by one
+            warnings.warn(
+                f"iris: a plan could not be recorded as a graph and runs step by step from now on: {error}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            self._recordable = False
+            return None
 
 
 def _hooks_installed() -> bool:

@@ -84,3 +84,22 @@ def test_the_emulated_backend_records_nothing():
     plan = CapturedPlan([lambda: calls.append("step")], backend)
     plan(), plan()
     assert calls == ["step", "step"]
+
+
+class _FailingBackend(_RecordingBackend):
+    def capture(self, steps):
+        self.captured += 1
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+
+def test_a_plan_that_cannot_be_recorded_warns_once_and_runs_its_steps():
+    from iris.prepared import CapturedPlan
+
+    calls = []
+    backend = _FailingBackend(calls)
+    plan = CapturedPlan([lambda: calls.append("step")], backend)
+    plan()
+    with pytest.warns(RuntimeWarning, match="runs step by step"):
+        plan()
+    plan()
+    assert calls == ["step"] * 3 and backend.captured == 1

@@ -91,7 +91,8 @@ def _in_memory_format(flat: torch.Tensor, size: tuple[int, ...], memory_format) 
         raise InvalidArgumentError(f"iris: memory_format={memory_format} is not supported on the heap")
     ndim, order = _MEMORY_ORDERS[memory_format]
     if len(size) != ndim:
-        raise InvalidArgumentError(f"iris: memory_format={memory_format} needs a {ndim}-d size, got {size}")
+        # Upstream Iris's rule (torch raises here): a layout for another rank is ignored.
+        return flat.view(size)
     stored = flat.view(tuple(size[d] for d in order))
     return stored.permute(*(order.index(d) for d in range(ndim)))
 

@@ -66,7 +66,6 @@ def _bad_tensor_args_body(rank, world_size):
             _raises(error, "low < high")(ctx.randint, 5, 5, (3,))
             _raises(error, "step must be non-zero")(ctx.arange, 0, 4, 0)
             _raises(error, "empty range")(ctx.arange, 4, 0)
-            _raises(error, "needs a 4-d size")(ctx.empty, 2, 3, memory_format=torch.channels_last)
         _raises(ValueError, "strided")(ctx.zeros, 4, layout=torch.sparse_coo)
         _raises(RuntimeError, "cannot map memory allocated outside")(ctx.as_symmetric, torch.zeros(2))
         _raises(ValueError, "src=")(ctx.broadcast, 1, src=world_size)

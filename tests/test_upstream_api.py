@@ -36,6 +36,8 @@ def _host_api_body(rank, world_size):
         assert nhwc.is_contiguous(memory_format=torch.channels_last) and ctx.is_symmetric(nhwc)
         ndhwc = ctx.empty(1, 2, 3, 4, 5, memory_format=torch.channels_last_3d)
         assert ndhwc.is_contiguous(memory_format=torch.channels_last_3d)
+        # ... and, as upstream, a layout for another rank gives a contiguous tensor.
+        assert ctx.empty(2, 3, memory_format=torch.channels_last).is_contiguous()
         kept = ctx.zeros_like(nhwc)  # preserve_format keeps the input's layout
         assert kept.is_contiguous(memory_format=torch.channels_last) and not kept.any()
         # as_symmetric: a heap tensor is already symmetric.

@@ -137,16 +137,18 @@ class CapturedPlan:
             step()
 
     def _record(self) -> Callable[[], None] | None:
+        # Called only while nothing records, so None means the backend never can.
         try:
-            return self._backend.capture(self.steps)
+            replay = self._backend.capture(self.steps)
         except Exception as error:  # noqa: BLE001 - the steps still run, one by one
             warnings.warn(
                 f"iris: a plan could not be recorded as a graph and runs step by step from now on: {error}",
                 RuntimeWarning,
                 stacklevel=3,
             )
-            self._recordable = False
-            return None
+            replay = None
+        self._recordable = replay is not None
+        return replay
 
 
 def _hooks_installed() -> bool:

@@ -141,7 +141,7 @@ def main():
         raise SystemExit("this script profiles GPUs: run it with IRIS_BACKEND=cuda")
     ctx = iris.iris(heap_size=8 << 30)
     rank = ctx.get_rank()
-    args.comm_sms = 0
+    args.comm_sms = 0  # Problem reads fused_ops.py's --comm-sms: keep each op's default
     arena = ctx.empty(max(m * n for m, n, _ in args.shape), dtype=torch.bfloat16)
     shapes = {}
     for M, N, K in args.shape:

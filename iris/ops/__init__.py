@@ -319,12 +319,7 @@ class Ops:
                 steps.append(lambda: matmul_into(A, B, block))
             else:
                 steps.append(matmul_launch(A, B, block, cfg, num_sms, heap_bases))
-            steps.append(PreparedLaunch(
-                all_scatter_kernel, (num_sms,),
-                (block, entry, epoch, M, N, *block.stride(), rank, world, heap_bases),
-                dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, COMM_ROWS=cfg.comm_rows,
-                     num_warps=cfg.num_warps),
-            ))  # fmt: skip
+            steps.append(self._all_scatter_launch(block, cfg))
         elif variant == "fused_sequential":
             steps.append(PreparedLaunch(
                 fused_sequential_kernel, (min(num_sms, tiles),),
@@ -542,6 +537,20 @@ class Ops:
             # have landed, or a faster rank's signal is wiped and both sides wait forever.
             self._ctx.barrier()
         return flags
+
+    def _all_scatter_launch(self, block, cfg) -> PreparedLaunch:
+        # The bulk-synchronous push: every SM stores this rank's finished ``block`` (its
+        # view of a symmetric output) into every peer's copy, after the call's entry
+        # handshake (the flags and epoch every all-scatter plan of this object shares).
+        ctx = self._ctx
+        world = ctx.get_num_ranks()
+        return PreparedLaunch(
+            all_scatter_kernel,
+            (ctx.get_cu_count(),),
+            (block, self._flags("entry", world), self._epoch_counter(), *block.shape, *block.stride(),
+             ctx.get_rank(), world, ctx.get_heap_bases()),
+            dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, COMM_ROWS=cfg.comm_rows, num_warps=cfg.num_warps),
+        )  # fmt: skip
 
     def _epoch_counter(self):
         # One epoch for every epoch-valued flag, bumped by the first step of each call's

@@ -9,7 +9,7 @@ pipelined so that a block travels while the next one is computed:
   chunk is put into every peer's ``out`` while the next chunk is computed. Only the
   last chunk's copies are not hidden; with ``FusedConfig(sm_tail=True)`` every SM,
   free once the GEMM ends, pushes that chunk with stores instead
-  (:func:`iris.ops.all_scatter.all_scatter_kernel`).
+  (the bulk-synchronous style's :func:`iris.ops.all_scatter.all_scatter_kernel`).
 * ``all_gather_matmul``: this rank's shard is put into every peer's gather buffer
   while cuBLAS multiplies the local rows; each peer's rows are multiplied once
   that peer announces its puts landed.
@@ -32,7 +32,6 @@ import torch
 import triton
 
 from ..prepared import CapturedPlan, PreparedLaunch
-from .all_scatter import all_scatter_kernel
 from .copy_kernels import announce_landed_kernel, enter_call_kernel, sum_landed_kernel, wait_landed_kernel
 
 #: ``copy_chunks=0`` puts one chunk per this many rows (between 2 and 8 chunks).
@@ -169,7 +168,9 @@ def matmul_all_gather_plan(ops, out, A, B, block, cfg, async_op: bool) -> list:
         a_rows, c_rows = A[start:stop], block[start:stop]
         steps.append(lambda a=a_rows, c=c_rows: matmul_into(a, B, c))
         if cfg.sm_tail and stop == bounds[-1][1]:
-            steps.append(_sm_push(ops, shake, c_rows, cfg))
+            # Every SM is free once the GEMM ends; the entry handshake has passed, so the
+            # push kernel's own wait for it returns at once.
+            steps.append(ops._all_scatter_launch(c_rows, cfg))
         else:
             steps.append(shake.put(c_rows, c_rows, shake.peers))
     steps.append(shake.engine.join)
@@ -177,20 +178,6 @@ def matmul_all_gather_plan(ops, out, A, B, block, cfg, async_op: bool) -> list:
     if not async_op:
         steps.append(shake.ctx.device_barrier)
     return shake.replayed(steps)
-
-
-def _sm_push(ops, shake, block, cfg) -> PreparedLaunch:
-    # The bulk-synchronous style's push kernel, on every SM; the call's entry
-    # handshake (same flags, same epoch) has passed, so its own wait returns at once.
-    ctx = shake.ctx
-    num_sms = ctx.get_cu_count()
-    return PreparedLaunch(
-        all_scatter_kernel,
-        (num_sms,),
-        (block, shake.entry, shake.epoch, *block.shape, *block.stride(), shake.rank,
-         shake.world, ctx.get_heap_bases()),
-        dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, COMM_ROWS=cfg.comm_rows, num_warps=cfg.num_warps),
-    )  # fmt: skip
 
 
 def all_gather_matmul_plan(ops, out, A, B) -> list:

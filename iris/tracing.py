@@ -52,8 +52,9 @@ class Tracing:
     def enable(self, max_events: int = 1 << 20) -> None:
         """Start recording every device op of every rank (collective).
 
-        ``max_events`` is this rank's buffer size; it is split evenly over the
-        GPU's SMs, and events beyond a full SM region are counted as dropped.
+        ``max_events`` is this rank's buffer size; it is split evenly over one region
+        per SM, which the SMs take turns to fill (docs/tracing.md), and events beyond a
+        full region are counted as dropped.
         Buffers persist on the heap; enabling again with a larger size allocates more.
 
         Example:
@@ -117,7 +118,7 @@ class Tracing:
         return decode_records(self._records.cpu().numpy(), counts, self._capacity)
 
     def dropped(self) -> int:
-        """Events this rank could not record because their SM's region was full.
+        """Events this rank could not record because the buffer region they went to was full.
 
         Example:
             >>> assert ctx.tracing.dropped() == 0

@@ -89,7 +89,7 @@ def lane_name(cu_id: int, lane: int = 0) -> str:
 
 
 def decode_records(records: np.ndarray, counts: np.ndarray, capacity: int) -> np.ndarray:
-    """Decode the valid records of every SM region, sorted by start time.
+    """Decode the valid records of every buffer region, sorted by start time.
 
     Args:
         records: int64 array of ``regions * capacity * 8`` words.

@@ -127,7 +127,7 @@ def event_name(event_id: int, scope_names: dict[int, str] | None = None) -> str:
 # ---------------------------------------------------------------- the trace record
 RECORD_WORDS = 8
 W_START, W_END, W_ADDRESS, W_BYTES, W_IDENT, W_WHERE, W_TILE, W_VALUE = range(RECORD_WORDS)
-#: Bit position of ``op_index`` (the record's slot in its SM's region) in the W_WHERE word.
+#: Bit position of ``op_index`` (the record's slot in the buffer region it went to) in the W_WHERE word.
 WHERE_OP_INDEX_SHIFT = 32
 #: Bit positions in the ``ident`` word (W_IDENT) and the widths of its fields.
 IDENT_EVENT_BITS = 8
@@ -144,8 +144,15 @@ SLOT_ENABLED, SLOT_MAX_EVENTS, SLOT_REGION_CAPACITY, SLOT_NUM_REGIONS = 0, 1, 2,
 SLOT_COUNTERS, SLOT_DROPPED, SLOT_RECORDS = 4, 5, 6
 #: Context slots reserved for tracing (the flight recorder's slots follow them).
 TRACING_SLOTS = 17
-#: int32 stride between per-SM counters: one 128-byte line each.
+#: int32 stride between per-region counters: one 128-byte line each.
 COUNTER_STRIDE = 32
+#: An event goes to region ``(sm + (stop_ns >> REGION_ROTATE_SHIFT)) % regions`` (one
+#: region per SM): every
+#: SM moves on to the next region each 2^14 ns (16 us), so the SMs still use distinct
+#: regions at any moment (no contended counter) while the buffer fills evenly even when
+#: few SMs record, as one-program kernels (signals, copy-engine puts) always do.
+REGION_ROTATE_SHIFT = 14
+
 
 # ---------------------------------------------------------------- the flight ring
 #: Flight kind of the start of a slow wait (the end is recorded as the wait's event id).

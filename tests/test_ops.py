@@ -328,11 +328,23 @@ def test_auto_with_one_peer_follows_the_two_gpu_measurements():
     assert pick("matmul_all_reduce", 4096, 8192, 4096) == "fused"
     for rows, cols, k in ((16384, 14336, 2048), (4096, 14336, 2048), (1024, 8192, 4096), (1024, 14336, 2048)):
         assert pick("matmul_all_reduce", rows, cols, k) == "unfused"
-    # Copy engines reach no other node; with three peers the 4-GPU rules stand.
+    # Copy engines reach no other node; with three peers the 4-GPU rules apply.
     assert pick("matmul_reduce_scatter", 4096, 8192, 2048, spans_nodes=True) == "unfused"
     assert pick("all_gather_matmul", 4096, 4096, 8192, spans_nodes=True) == "unfused"
-    assert pick("matmul_reduce_scatter", 4096, 8192, 2048, world_size=4) == "fused"
+    assert pick("all_gather_matmul", 4096, 4096, 8192, world_size=4) == "unfused"
     assert pick("matmul_all_reduce", 1024, 14336, 1024, world_size=4) == "fused"
+
+
+def test_auto_gemm_all_scatter_with_three_peers_follows_the_four_gpu_measurements():
+    # Per-rank (rows, cols, k) of benchmarks/fused_ops.py's shapes on four ranks; the
+    # expected picks are the fastest styles of results/fused_ops_h200x4.json.
+    cfg, op = FusedConfig(), "matmul_all_gather"
+    assert choose_variant(cfg, 16384, 2048, 8192, 4, 132, op) == "producer_consumer"  # 15.5 tiles per SM
+    assert choose_variant(cfg, 16384, 3584, 4096, 4, 132, op) == "producer_consumer"  # 27
+    assert choose_variant(cfg, 4096, 2048, 8192, 4, 132, op) == "fused"  # 3.9
+    assert choose_variant(cfg, 4096, 3584, 4096, 4, 132, op) == "fused"  # 6.8
+    assert choose_variant(cfg, 1024, 3584, 4096, 4, 132, op) == "fused"  # 1.7
+    assert choose_variant(cfg, 1024, 2048, 8192, 4, 132, op) == "fused_sequential"  # 0.97: one wave
 
 
 def test_consumers_share_the_sms_only_where_that_saves_a_gemm_wave():
@@ -382,10 +394,11 @@ def test_auto_all_gather_matmul_fuses_from_eight_tiles_per_sm():
     assert choose_variant(cfg, 16384, 2048, 8192, 4, 132, op) == "fused"  # 15.5 tiles per SM
 
 
-def test_auto_large_reduce_scatter_uses_the_copy_engines():
+def test_auto_reduce_scatter_uses_the_copy_engines_from_four_million_elements():
     cfg, op = FusedConfig(), "matmul_reduce_scatter"
-    assert choose_variant(cfg, 16384, 8192, 2048, 4, 132, op) == "copy_engine"
-    assert choose_variant(cfg, 4096, 14336, 1024, 4, 132, op) == "fused"
+    for rows, cols, k in ((16384, 8192, 2048), (4096, 14336, 1024), (1024, 8192, 2048)):
+        assert choose_variant(cfg, rows, cols, k, 4, 132, op) == "copy_engine"
+    assert choose_variant(cfg, 1024, 2048, 2048, 4, 132, op) == "unfused"  # 2^21 elements, under one wave
     assert choose_variant(cfg, 16384, 8192, 2048, 4, 8, op, interpreted=True) == "fused"
 
 

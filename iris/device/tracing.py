@@ -12,11 +12,16 @@ records nothing; :func:`begin` reads it as a constant of the launch, so the
 compiler reads it once per kernel, not after every op.
 
 **Where events go.** The context's tracing slots (``iris.device.layout``) hold the
-tracing state; the buffers are on the symmetric heap. Events are spread over one
-region per SM: thread 0 of the program claims a slot with an atomic on its own SM's
-counter (no GPU-wide serialisation) and writes the 64-byte record itself, so no other
-thread waits for the claim (``intrinsics.write_record``); a full region counts the
-event as dropped instead.
+tracing state; the buffers are on the symmetric heap, split into as many regions as
+the GPU has SMs. Thread 0 of the program claims a slot with an atomic on one region's
+counter and writes the 64-byte record itself, so no other thread waits for the claim
+(``intrinsics.write_record``); a full region counts the event as dropped instead. The
+region is the SM's index plus the time in steps of 16 us (``schema.REGION_ROTATE_SHIFT``),
+modulo the regions:
+at any moment each SM has a region of its own (no GPU-wide serialisation on one
+counter), and over time every SM passes through every region, so a few SMs that record
+many events (one-program kernels: signals, copy-engine puts) fill the whole buffer
+rather than their own share of it.
 
 The record layout and every event id are in ``iris_trace.schema``, the one place
 the device recorder and every reader take them from.
@@ -59,6 +64,7 @@ SLOT_COUNTERS: tl.constexpr = tl.constexpr(schema.SLOT_COUNTERS)
 SLOT_DROPPED: tl.constexpr = tl.constexpr(schema.SLOT_DROPPED)
 SLOT_RECORDS: tl.constexpr = tl.constexpr(schema.SLOT_RECORDS)
 COUNTER_STRIDE: tl.constexpr = tl.constexpr(schema.COUNTER_STRIDE)
+REGION_ROTATE_SHIFT: tl.constexpr = tl.constexpr(schema.REGION_ROTATE_SHIFT)
 RECORD_WORDS: tl.constexpr = tl.constexpr(schema.RECORD_WORDS)
 _CUR_RANK_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_CUR_RANK_SHIFT)
 _TARGET_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_TARGET_SHIFT)
@@ -336,6 +342,14 @@ def record(
 
 
 @triton.jit
+def _region(sm, stop, num_regions):
+    # The buffer region of an event that ended at ``stop`` on ``sm`` (module docstring):
+    # one 64-bit remainder, as a region per SM took (a mask of a power-of-two count
+    # compiled to fewer instructions but 7 more registers in the traced GEMM).
+    return ((sm.to(tl.int64) + (tl.cast(stop, tl.int64) >> REGION_ROTATE_SHIFT)) % num_regions).to(tl.int32)
+
+
+@triton.jit
 def _write(
     slots,
     start,
@@ -356,7 +370,7 @@ def _write(
     # dropped; also -1 in every thread but the one that wrote it, hw.write_record).
     capacity = tl.load(slots + SLOT_REGION_CAPACITY)
     sm = hw.sm_id()
-    region = sm % tl.load(slots + SLOT_NUM_REGIONS)
+    region = _region(sm, stop, tl.load(slots + SLOT_NUM_REGIONS))
     if lane >= 0:
         sm = lane
     counters = tl.load(slots + SLOT_COUNTERS).to(tl.pointer_type(tl.int32))

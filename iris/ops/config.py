@@ -34,14 +34,22 @@ MIN_K = 1024
 #: 4 x H200, fused won at 15 and 27 tiles per SM (M = 16384) and lost by 2-4% to cuBLAS
 #: after ``ctx.ccl.all_gather`` at 7 and fewer (M <= 4096).
 GATHER_MIN_TILES_PER_SM = 8.0
-#: ``matmul_reduce_scatter`` uses the copy engines from this many partial-output elements
-#: per rank: measured on 4 x H200 at 2^27 and more (M = 16384) it beat the fused kernel
-#: by 15-22%; at 2^26 and less a fixed cost of about 0.4 ms per call made it lose.
-COPY_ENGINE_MIN_ELEMENTS = 1 << 27
+#: ``matmul_reduce_scatter`` (any number of ranks), and with one peer (two ranks) also
+#: ``matmul_all_gather`` and ``all_gather_matmul``, use the copy engines from this many
+#: per-rank output elements: cuBLAS keeps every SM while the copy engines move the
+#: finished blocks. Measured with the copy-engine plans replayed as CUDA graphs, at the
+#: six shapes of benchmarks/fused_ops.py (the smallest 2^22 elements per rank on two
+#: GPUs, 2^23 on four): on 2 x H200 the copy engines were the fastest style of each of
+#: the three ops at every shape or within 1% of it; on 4 x H200 the fastest
+#: ``matmul_reduce_scatter`` at every shape (1.06-1.57x against 1.00-1.24x fused), while
+#: for the two gathers three peers' transfers queue on the copy engines one after
+#: another and the SM styles won (docs/fused.md). Before the replay they lost at
+#: 2^22-2^26 elements: that was the host's time to queue the steps.
+COPY_ENGINE_MIN_ELEMENTS = 1 << 22
 #: ``matmul_all_gather`` (GEMM + all-scatter) for at most this many peers does not give SMs
 #: to communication (``workgroup_specialized``): with one peer a tile's push is short next
 #: to its GEMM, and every SM computing wins. Where the copy engines do not take it
-#: (:data:`ONE_PEER_COPY_MIN_ELEMENTS`, or a job that spans nodes), it pushes each tile
+#: (:data:`COPY_ENGINE_MIN_ELEMENTS`, or a job that spans nodes), it pushes each tile
 #: from the program that computed it (``fused_sequential``). Measured on 2 x H200 at the
 #: six shapes of benchmarks/fused_ops.py in three runs: fused_sequential beat
 #: workgroup_specialized at every shape, by 5-24%. On 4 x H200 (three peers)
@@ -53,17 +61,17 @@ SEQUENTIAL_SCATTER_MAX_PEERS = 1
 #: fused_sequential by 4-7% in three 2-GPU runs, while at 3.4 tiles per SM (K = 4096)
 #: fused_sequential won by 2-4% (benchmarks/results/fused_ops_h200x2.json, docs/fused.md).
 ONE_PEER_SCATTER_MIN_TILES_PER_SM = 2.0
-#: With one peer (two ranks), ``matmul_all_gather``, ``matmul_reduce_scatter`` and
-#: ``all_gather_matmul`` use the copy engines from this many per-rank output elements
-#: (below it ``matmul_reduce_scatter`` runs unfused): the exchange is one transfer to one
-#: peer, which the copy engines hide behind a cuBLAS GEMM that keeps every SM. Measured
-#: on 2 x H200 at the six shapes of benchmarks/fused_ops.py, the smallest 2^22 elements
-#: (M = 1024), with the copy-engine plans replayed as CUDA graphs: the copy engines were
-#: the fastest style of each op at every shape or within 3% of it (docs/fused.md). Before
-#: the replay they lost at M = 1024 by 44-63%, which was the host's time to queue them.
-#: On 4 x H200 (before the replay) the copy engines lost at M = 4096 (0.57-0.88x): the
-#: 4-GPU rules stand until they are measured again.
-ONE_PEER_COPY_MIN_ELEMENTS = 1 << 22
+#: GEMM + all-scatter with more peers runs the GEMM and the pushers as two kernels
+#: (``producer_consumer``) from this many 128 x 128 tiles per SM: at 15.5 tiles per SM
+#: (4 x H200, 16384 x 8192 x 8192) it beat the one-kernel workgroup-specialised style by
+#: 8-9% in two runs, at 27 they tied, and at 3.9 and 6.8 the one kernel was as fast or up
+#: to 2% faster (benchmarks/results/fused_ops_h200x4.json).
+PRODUCER_CONSUMER_MIN_TILES_PER_SM = 8.0
+#: ... and under :data:`MIN_TILES_PER_SM` (the GEMM fits one wave on every SM) it pushes
+#: each tile from the program that computed it (``fused_sequential``): giving SMs to
+#: pushers would add a second wave. At 0.97 tiles per SM (4 x H200, 1024 x 8192 x 8192)
+#: fused_sequential beat cuBLAS plus the all-scatter kernel by 7-9% in two runs.
+SEQUENTIAL_SCATTER_MAX_TILES_PER_SM = 1.0
 #: With one peer, ``matmul_all_reduce`` fuses only a deep GEMM (per-rank K at least
 #: :data:`ONE_PEER_REDUCE_MIN_K`, and this many 128 x 128 tiles per SM); otherwise cuBLAS
 #: plus ``ctx.ccl.all_reduce`` won, by 0-9% in the same run (fused won by 11% at K = 4096
@@ -367,7 +375,7 @@ def sharing_saves_a_wave(tiles: int, num_sms: int, comm_sms: int) -> bool:
 def _one_peer_variant(op: str, elements: int, k: int, tiles_per_sm: float, spans_nodes: bool) -> str | None:
     # choose_variant's rules for two ranks (None: the general rules decide).
     if op in COPY_ENGINE_OPS:
-        if elements >= ONE_PEER_COPY_MIN_ELEMENTS and not spans_nodes:
+        if elements >= COPY_ENGINE_MIN_ELEMENTS and not spans_nodes:
             return COPY_ENGINE
         return "unfused" if op == "matmul_reduce_scatter" else None
     deep = k >= ONE_PEER_REDUCE_MIN_K and tiles_per_sm >= ONE_PEER_REDUCE_MIN_TILES_PER_SM
@@ -489,22 +497,27 @@ def choose_variant(
     interpreted: bool = False,
     spans_nodes: bool = False,
 ):
-    """``"fused"``, ``"unfused"`` or ``"copy_engine"`` (or the explicit variant in ``config``).
+    """The style ``auto`` runs: ``"fused"``, ``"unfused"``, ``"copy_engine"`` or a GEMM + all-scatter style.
 
+    Returns the explicit variant in ``config`` unless it is ``auto``.
     ``ctx.ops.choose_variant(config, rows, cols, k, op)`` fills in the rest from the
     context. ``auto`` when ``interpreted`` (the emulation backend) always fuses (so the
     fused kernels are what CI checks).
     On GPUs it fuses when there is communication to hide (more than one rank) and
     enough work to hide it behind (see :data:`MIN_TILES_PER_SM`, :data:`MIN_K`;
-    ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM`); a large
-    ``matmul_reduce_scatter`` uses the copy engines (:data:`COPY_ENGINE_MIN_ELEMENTS`),
-    except in jobs that span nodes (``spans_nodes``): copy engines reach only this node's GPUs.
-    With one peer, the ops of :data:`COPY_ENGINE_OPS` use the copy engines from
-    :data:`ONE_PEER_COPY_MIN_ELEMENTS` (below it ``matmul_reduce_scatter`` runs unfused, and
-    GEMM + all-scatter runs ``fused_sequential``, or unfused below
-    :data:`ONE_PEER_SCATTER_MIN_TILES_PER_SM`), and ``matmul_all_reduce`` fuses only deep
-    GEMMs (:data:`ONE_PEER_REDUCE_MIN_K`).
+    ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM`); ``matmul_reduce_scatter``
+    uses the copy engines from :data:`COPY_ENGINE_MIN_ELEMENTS`, except in jobs that span
+    nodes (``spans_nodes``): copy engines reach only this node's GPUs.
+    With one peer, ``matmul_all_gather`` and ``all_gather_matmul`` use them too (below
+    that size ``matmul_reduce_scatter`` runs unfused, and GEMM + all-scatter runs
+    ``fused_sequential``, or unfused below :data:`ONE_PEER_SCATTER_MIN_TILES_PER_SM`),
+    and ``matmul_all_reduce`` fuses only deep GEMMs (:data:`ONE_PEER_REDUCE_MIN_K`).
+    With more peers GEMM + all-scatter runs ``fused_sequential`` in one wave
+    (:data:`SEQUENTIAL_SCATTER_MAX_TILES_PER_SM`), ``producer_consumer`` from
+    :data:`PRODUCER_CONSUMER_MIN_TILES_PER_SM`, and the workgroup-specialised kernel
+    (``"fused"``) in between.
     ``rows`` and ``cols`` are the per-rank GEMM's output (``op`` names the ``ctx.ops`` method).
+    The rules and the measurements behind them: docs/fused.md.
 
     Example:
         >>> choose_variant(FusedConfig(), 1024, 1024, 4096, 4, 132)
@@ -514,6 +527,29 @@ def choose_variant(
         return config.variant
     if interpreted:
         return "fused"
+    if world_size == 1 or k < MIN_K:
+        return "unfused"
+    copy_engines_reach = not spans_nodes
+    if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS and copy_engines_reach:
+        return COPY_ENGINE
+    tiles_per_sm = tile_count(rows, cols, 128, 128) / num_sms
+    if world_size == 2 and op in (*COPY_ENGINE_OPS, "matmul_all_reduce"):
+        one_peer = _one_peer_variant(op, rows * cols, k, tiles_per_sm, spans_nodes)
+        if one_peer is not None:
+            return one_peer
+    if op == "matmul_all_gather" and world_size - 1 > SEQUENTIAL_SCATTER_MAX_PEERS:
+        if tiles_per_sm < SEQUENTIAL_SCATTER_MAX_TILES_PER_SM:
+            return "fused_sequential"
+        if tiles_per_sm >= PRODUCER_CONSUMER_MIN_TILES_PER_SM:
+            return "producer_consumer"
+    per_sm = GATHER_MIN_TILES_PER_SM if op == "all_gather_matmul" else MIN_TILES_PER_SM
+    if tiles_per_sm < per_sm:
+        return "unfused"
+    if op == "matmul_all_gather" and world_size - 1 <= SEQUENTIAL_SCATTER_MAX_PEERS:
+        if tiles_per_sm < ONE_PEER_SCATTER_MIN_TILES_PER_SM:
+            return "unfused"
+        return "fused_sequential"
+    return "fused"
     if world_size == 1 or k < MIN_K:
         return "unfused"
     if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS and not spans_nodes:

@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# One pass on a 2-GPU machine; PARTS picks the parts (default "tracing fused crossnode"):
+# One pass on a multi-GPU machine at NRANKS ranks (default: one per GPU, at most 4);
+# PARTS picks the parts (default "tracing fused crossnode"):
 #   shared     TESTS (default: the files that failed on one shared GPU) at SHARED_SIZES (1,2,4) ranks sharing GPU 0;
 #   cost       what sharing costs: benchmarks/shared_gpu.py at 2 ranks on 2 GPUs, then on GPU 0 alone;
 #   putget     put/get bandwidth before and after a change, twice each, alternating: BEFORE names a
 #              copy of the previous tree (iris/, iris_trace/, benchmarks/), carried;
-#   tracing    benchmarks/tracing_overhead.py --breakdown at 2 ranks, before (if BEFORE) and after;
-#   fused      benchmarks/fused_ops.py at 2 ranks, every op (the one-peer auto rules), or FUSED_ARGS
+#   tracing    benchmarks/tracing_overhead.py --breakdown at NRANKS, before (if BEFORE) and after;
+#   fused      benchmarks/fused_ops.py at NRANKS, every op, or FUSED_ARGS
 #              (e.g. --ops and --sweep) into fused_ops_${tag}${FUSED_NAME};
-#   profile    scripts/profile_op.py PROFILE_ARGS at 2 ranks: each call's kernels and copies per stream;
+#   profile    scripts/profile_op.py PROFILE_ARGS at NRANKS: each call's kernels and copies per stream;
 #   crossnode  the collectives, fused ops and tile collectives across "nodes" (IRIS_TEST_RANKS_PER_NODE=1);
-#   suite      the test suite at 1 and 2 ranks, one rank per GPU;
-#   check      CHECK_TESTS (with -k CHECK_FILTER if set) at CHECK_SIZES ranks (default 2), one rank per GPU;
+#   suite      the test suite at SUITE_SIZES (default 1,2) ranks, one rank per GPU;
+#   check      CHECK_TESTS (with -k CHECK_FILTER if set) at CHECK_SIZES ranks (default NRANKS), one rank per GPU;
 #   quickstart the README's quick start (example 13) at 2 ranks, one per GPU; picture and report kept.
 # Results land in $OUT (device tool) or ./out.
 set -u
 # shellcheck source=scripts/gpu_env.sh
 . "$(dirname "$0")/gpu_env.sh"
 parts=${PARTS:-tracing fused crossnode}
+ranks=${NRANKS:-$(( gpus < 4 ? gpus : 4 ))}
+rtag=${card:-gpu}x$ranks  # result files are named after the ranks that ran, one per GPU
 site=$PYTHONPATH
 if [[ " $parts " == *" shared "* ]]; then
   CUDA_VISIBLE_DEVICES=0 IRIS_RANKS_PER_GPU=4 IRIS_TEST_WORLD_SIZES=${SHARED_SIZES:-1,2,4} timeout "${SHARED_TIMEOUT:-200}" \
@@ -24,7 +27,7 @@ if [[ " $parts " == *" shared "* ]]; then
     ${TESTS:-tests/test_errors.py tests/test_codegen.py tests/test_stress.py} 2>&1 | tail -12
 fi
 if [[ " $parts " == *" check "* ]]; then
-  IRIS_TEST_WORLD_SIZES=${CHECK_SIZES:-2} timeout "${CHECK_TIMEOUT:-240}" python -m pytest -n "${CHECK_WORKERS:-4}" -q \
+  IRIS_TEST_WORLD_SIZES=${CHECK_SIZES:-$ranks} timeout "${CHECK_TIMEOUT:-240}" python -m pytest -n "${CHECK_WORKERS:-4}" -q \
     -p no:cacheprovider --timeout 200 -rfEs ${CHECK_FILTER:+-k "$CHECK_FILTER"} ${CHECK_TESTS:-tests/test_ccl.py} 2>&1 | tail -15
 fi
 if [[ " $parts " == *" quickstart "* ]]; then
@@ -50,18 +53,18 @@ fi
 if [[ " $parts " == *" tracing "* ]]; then
   for tree in ${BEFORE:+"$BEFORE"} .; do
     name=$([ "$tree" = . ] && echo after || echo before)
-    (cd "$tree" && PYTHONPATH=$PWD:${site#*:} timeout 150 python -m iris.run -n 2 benchmarks/tracing_overhead.py \
-      --breakdown --iters 100 --trials 9 --out "$out/tracing_overhead_${tag}_$name.json" 2>&1 | grep -v Warning | tail -8)
+    (cd "$tree" && PYTHONPATH=$PWD:${site#*:} timeout 150 python -m iris.run -n "$ranks" benchmarks/tracing_overhead.py \
+      --breakdown --iters 100 --trials 9 --out "$out/tracing_overhead_${rtag}_$name.json" 2>&1 | grep -v Warning | tail -8)
   done
 fi
 if [[ " $parts " == *" fused "* ]]; then
   # shellcheck disable=SC2086 - FUSED_ARGS is a list of arguments
-  timeout "${FUSED_TIMEOUT:-240}" python -m iris.run -n 2 benchmarks/fused_ops.py --iters 50 ${FUSED_ARGS:-} \
-    --out "$out/fused_ops_${tag}${FUSED_NAME:-}.json" 2>&1 | grep -v Warning | tail -60
+  timeout "${FUSED_TIMEOUT:-240}" python -m iris.run -n "$ranks" benchmarks/fused_ops.py --iters 50 ${FUSED_ARGS:-} \
+    --out "$out/fused_ops_${rtag}${FUSED_NAME:-}.json" 2>&1 | grep -v Warning | tail -60
 fi
 if [[ " $parts " == *" profile "* ]]; then
   # shellcheck disable=SC2086 - PROFILE_ARGS is a list of arguments
-  timeout 180 python -m iris.run -n 2 scripts/profile_op.py ${PROFILE_ARGS:-} --out "$out/profile_${tag}.json" \
+  timeout 180 python -m iris.run -n "$ranks" scripts/profile_op.py ${PROFILE_ARGS:-} --out "$out/profile_${rtag}.json" \
     2>&1 | grep -v Warning | tail -150
 fi
 if [[ " $parts " == *" crossnode "* ]]; then
@@ -75,5 +78,5 @@ if [[ " $parts " == *" crossnode "* ]]; then
   grep -E "(FAILED|ERROR) tests" "$out/crossnode.log" | sort -u | tail -20
 fi
 if [[ " $parts " == *" suite "* ]]; then
-  IRIS_TEST_WORLD_SIZES=1,2 SKIP_BENCH=1 bash "$(dirname "$0")/gpu_check.sh"
+  IRIS_TEST_WORLD_SIZES=${SUITE_SIZES:-1,2} SKIP_BENCH=1 bash "$(dirname "$0")/gpu_check.sh"
 fi

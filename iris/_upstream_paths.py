@@ -26,7 +26,7 @@ def register() -> None:
     """Install the aliases in ``sys.modules`` (and as attributes of their parents)."""
     import iris
 
-    from . import device, distributed, log, tensor_creation
+    from . import device, distributed, log, tensor_creation, topology
     from .ccl import config as ccl_config
     from .ccl import runtime as ccl_runtime
     from .device import context, rma, tiles, tracing
@@ -58,7 +58,9 @@ def register() -> None:
         "Alias of iris.distributed's group helpers.",
         extract_group_info=distributed.extract_group_info,
     )
-    host_distributed = _alias("iris.host.distributed", "Alias of iris.distributed.", helpers=helpers)
+    host_distributed = _alias(
+        "iris.host.distributed", "Alias of iris.distributed.", helpers=helpers, topology=topology
+    )
     ccl_utils = _alias(
         "iris.ccl.utils",
         "Alias of the ccl helpers upstream keeps in iris.ccl.utils.",
@@ -85,6 +87,7 @@ def register() -> None:
         "iris.host.memory.tensors": tensor_creation,
         "iris.host.distributed": host_distributed,
         "iris.host.distributed.helpers": helpers,
+        "iris.host.distributed.topology": topology,
         "iris.ccl.utils": ccl_utils,
         "iris.mem": _alias("iris.mem", "Alias of the device API.", triton=mem_triton),
         "iris.mem.triton": mem_triton,

@@ -98,6 +98,31 @@ class Backend(ABC):
         """What traces and reports call ``device`` (``"NVIDIA H200"``, ``"emulated (CPU)"``)."""
 
     @abstractmethod
+    def describe_gpu(self, device: torch.device) -> dict:
+        """What ``iris.topology`` records about ``device``.
+
+        Keys: ``device_name``, ``uuid``, ``pci_bus_id`` (``""`` if none), ``total_memory_mb``,
+        ``numa_node`` (-1 if unknown), ``vendor``, ``fabric`` (``(cluster_uuid, clique_id)``
+        of its NVLink fabric domain, ``("", 0)`` without one).
+
+        Example:
+            >>> backend.describe_gpu(torch.device("cuda", 0))["pci_bus_id"]
+            '0000:18:00.0'
+        """
+
+    @abstractmethod
+    def local_links(self) -> dict:
+        """How the devices this process sees connect, by device index.
+
+        Keys: ``link_types`` (rows of ``iris.topology.IntraNodeLinkType`` names, or
+        ``None`` when unknown) and ``p2p_access`` (rows of bools, or ``None``).
+
+        Example:
+            >>> backend.local_links()["link_types"][0][1]
+            'NVLINK'
+        """
+
+    @abstractmethod
     def clock_domain(self, device: torch.device) -> str:
         """Which clock device timestamps are on: ranks with the same one need no alignment.
 

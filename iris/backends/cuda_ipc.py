@@ -12,6 +12,7 @@ import os
 import torch
 
 from .. import config
+from . import _cuda_topology
 from .base import Allocation, Backend, CopyLanes
 
 
@@ -152,6 +153,12 @@ class CudaBackend(Backend):
 
     def device_name(self, device: torch.device) -> str:
         return torch.cuda.get_device_name(device)
+
+    def describe_gpu(self, device: torch.device) -> dict:
+        return _cuda_topology.describe_gpu(device)
+
+    def local_links(self) -> dict:
+        return _cuda_topology.local_links()
 
     def clock_domain(self, device: torch.device) -> str:
         # %globaltimer is per GPU: ranks on one GPU (IRIS_RANKS_PER_GPU) share it.

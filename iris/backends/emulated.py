@@ -122,6 +122,22 @@ class EmulatedBackend(Backend):
     def device_name(self, device: torch.device) -> str:
         return "emulated (CPU)"
 
+    def describe_gpu(self, device: torch.device) -> dict:
+        # Every rank of a host runs its kernels on the one CPU: one "GPU", shared.
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
+        return {
+            "device_name": self.device_name(device),
+            "uuid": f"emulated:{socket.gethostname()}",
+            "pci_bus_id": "",
+            "total_memory_mb": memory,
+            "numa_node": -1,
+            "vendor": "emulated",
+            "fabric": ("", 0),
+        }
+
+    def local_links(self) -> dict:
+        return {"link_types": [["SELF"]], "p2p_access": [[True]]}
+
     def clock_domain(self, device: torch.device) -> str:
         # Interpreted kernels read the host's clock: every rank of a host shares it.
         return f"host:{socket.gethostname()}"

@@ -12,7 +12,8 @@
 #   crossnode  the collectives, fused ops and tile collectives across "nodes" (IRIS_TEST_RANKS_PER_NODE=1);
 #   suite      the test suite at SUITE_SIZES (default 1,2) ranks, one rank per GPU;
 #   check      CHECK_TESTS (with -k CHECK_FILTER if set) at CHECK_SIZES ranks (default NRANKS), one rank per GPU;
-#   quickstart the README's quick start (example 13) at 2 ranks, one per GPU; picture and report kept.
+#   quickstart the README's quick start (example 13) at 2 ranks, one per GPU; picture and report kept;
+#   topology   scripts/show_topology.py at NRANKS (one node, then nodes of two ranks) and tests/test_topology.py.
 # Results land in $OUT (device tool) or ./out.
 set -u
 # shellcheck source=scripts/gpu_env.sh
@@ -76,6 +77,12 @@ if [[ " $parts " == *" crossnode "* ]]; then
     tests/test_ops.py tests/test_tile_collectives.py > "$out/crossnode.log" 2>&1
   grep -c PASSED "$out/crossnode.log" | sed 's/^/crossnode passed: /'
   grep -E "(FAILED|ERROR) tests" "$out/crossnode.log" | sort -u | tail -20
+fi
+if [[ " $parts " == *" topology "* ]]; then
+  timeout 90 python -m iris.run -n "$ranks" scripts/show_topology.py 2>&1 | grep -v Warning | tail -20
+  IRIS_RANKS_PER_NODE=2 timeout 120 python -m iris.run -n "$ranks" scripts/show_topology.py 2>&1 | grep -v Warning | tail -12
+  IRIS_TEST_WORLD_SIZES=2,$ranks timeout 150 python -m pytest -q -n 4 -p no:cacheprovider -rfEs tests/test_topology.py \
+    2>&1 | tail -6
 fi
 if [[ " $parts " == *" suite "* ]]; then
   IRIS_TEST_WORLD_SIZES=${SUITE_SIZES:-1,2} SKIP_BENCH=1 bash "$(dirname "$0")/gpu_check.sh"

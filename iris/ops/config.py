@@ -550,20 +550,3 @@ def choose_variant(
             return "unfused"
         return "fused_sequential"
     return "fused"
-    if world_size == 1 or k < MIN_K:
-        return "unfused"
-    if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS and not spans_nodes:
-        return COPY_ENGINE
-    tiles = tile_count(rows, cols, 128, 128)
-    if world_size == 2 and op in (*COPY_ENGINE_OPS, "matmul_all_reduce"):
-        one_peer = _one_peer_variant(op, rows * cols, k, tiles / num_sms, spans_nodes)
-        if one_peer is not None:
-            return one_peer
-    per_sm = GATHER_MIN_TILES_PER_SM if op == "all_gather_matmul" else MIN_TILES_PER_SM
-    if tiles < per_sm * num_sms:
-        return "unfused"
-    if op == "matmul_all_gather" and world_size - 1 <= SEQUENTIAL_SCATTER_MAX_PEERS:
-        if tiles < ONE_PEER_SCATTER_MIN_TILES_PER_SM * num_sms:
-            return "unfused"
-        return "fused_sequential"
-    return "fused"

@@ -163,8 +163,9 @@ def measure(ctx, problem, args):
         variants.append("copy_engine")
     if problem.op == "gemm_all_scatter" and not args.no_styles:
         variants += list(STYLES)
-    if problem.auto_variant() not in variants:  # auto's time is always that of a style timed here
-        variants.append(problem.auto_variant())
+    auto = problem.auto_variant()
+    if auto not in variants:  # auto's time is always that of a style timed here
+        variants.append(auto)
     checked = {variant: (variant, problem.config) for variant in variants}
     for fields in args.sweep:
         fields = dict(fields)

@@ -126,12 +126,12 @@ class CapturedPlan:
         self._recordable = True
 
     def __call__(self) -> None:
-        backend = self._backend
-        if self._replay is None and self._runs and self._recordable and not backend.capturing():
-            self._replay = self._record()
-        if self._replay is not None and not backend.capturing():
-            self._replay()
-            return
+        if not self._backend.capturing():
+            if self._replay is None and self._runs and self._recordable:
+                self._replay = self._record()
+            if self._replay is not None:
+                self._replay()
+                return
         self._runs += 1
         for step in self.steps:
             step()

@@ -25,7 +25,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import socket
 from dataclasses import dataclass, field
@@ -376,23 +375,22 @@ class TopologyDiscovery:
             ).to_dict(),
             "node": {**_link_codes(self._backend.local_links()), **_infiniband()},
         }
-        gathered = [json.loads(s) for s in self._all_gather(json.dumps(mine))]
-        self._topology = _build_map(self.world_size, gathered)
+        self._topology = _build_map(self.world_size, self._all_gather(mine))
         return self._topology
 
     def _node_name(self) -> str:
         host = socket.gethostname()
         ctx = self._ctx
-        if ctx is None or ctx.ranks_per_node >= ctx.num_ranks:
+        if ctx is None or not ctx.spans_nodes:
             return host
         # Ranks of different nodes may share a host (IRIS_RANKS_PER_NODE): name them apart.
         return f"{host}:node{ctx.node_of(self.rank)}"
 
-    def _all_gather(self, text: str) -> list[str]:
+    def _all_gather(self, facts: dict) -> list[dict]:
         if self._ctx is not None:
-            return self._ctx._comm.all_gather_object(text)
+            return self._ctx._comm.all_gather_object(facts)
         gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, text)
+        dist.all_gather_object(gathered, facts)
         return gathered
 
     def _require(self) -> TopologyMap:

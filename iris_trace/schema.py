@@ -147,10 +147,9 @@ TRACING_SLOTS = 17
 #: int32 stride between per-region counters: one 128-byte line each.
 COUNTER_STRIDE = 32
 #: An event goes to region ``(sm + (stop_ns >> REGION_ROTATE_SHIFT)) % regions`` (one
-#: region per SM): every
-#: SM moves on to the next region each 2^14 ns (16 us), so the SMs still use distinct
-#: regions at any moment (no contended counter) while the buffer fills evenly even when
-#: few SMs record, as one-program kernels (signals, copy-engine puts) always do.
+#: region per SM): every SM moves on to the next region each 2^14 ns (16 us), so the SMs
+#: still use distinct regions at any moment (no contended counter) while the buffer fills
+#: evenly even when few SMs record, as one-program kernels (signals, copy-engine puts) do.
 REGION_ROTATE_SHIFT = 14
 
 

@@ -17,11 +17,10 @@ the GPU has SMs. Thread 0 of the program claims a slot with an atomic on one reg
 counter and writes the 64-byte record itself, so no other thread waits for the claim
 (``intrinsics.write_record``); a full region counts the event as dropped instead. The
 region is the SM's index plus the time in steps of 16 us (``schema.REGION_ROTATE_SHIFT``),
-modulo the regions:
-at any moment each SM has a region of its own (no GPU-wide serialisation on one
-counter), and over time every SM passes through every region, so a few SMs that record
-many events (one-program kernels: signals, copy-engine puts) fill the whole buffer
-rather than their own share of it.
+modulo the regions: at any moment each SM has a region of its own (no GPU-wide
+serialisation on one counter), and over time every SM passes through every region, so
+a few SMs that record many events (one-program kernels: signals, copy-engine puts) fill
+the whole buffer rather than their own share of it.
 
 The record layout and every event id are in ``iris_trace.schema``, the one place
 the device recorder and every reader take them from.

@@ -529,8 +529,7 @@ def choose_variant(
         return "fused"
     if world_size == 1 or k < MIN_K:
         return "unfused"
-    copy_engines_reach = not spans_nodes
-    if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS and copy_engines_reach:
+    if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS and not spans_nodes:
         return COPY_ENGINE
     tiles_per_sm = tile_count(rows, cols, 128, 128) / num_sms
     if world_size == 2 and op in (*COPY_ENGINE_OPS, "matmul_all_reduce"):

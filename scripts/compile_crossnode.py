@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import triton
 from ptx_flow import barriers_in_multi_entry_loops
-from test_crossnode_path import _atomics_kernel, _rma_kernel, _signal_kernel
+from test_crossnode_path import _atomics_kernel, _rma_kernel, _scattered_kernel, _signal_kernel
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -57,6 +57,11 @@ KERNELS = [
         {"ROUNDS": 8, "BLOCK": 16, "LIVE": 11},
     ),
     (_signal_kernel, {"data": "*i32", "flag": "*i32", "heap_bases": "*i64"}, {"ROUNDS": 8, "BLOCK": 16}),
+    (
+        _scattered_kernel,
+        {"src": "*fp32", "dst": "*fp32", "gathered": "*fp32", "heap_bases": "*i64"},
+        {"BLOCK": 16},
+    ),
 ]
 
 

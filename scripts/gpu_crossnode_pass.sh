@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # The cross-node path between real NVSHMEM PEs, on a machine with two GPUs or more (one rank
-# per GPU, every rank a "node" of its own): the RMA, atomics and sync suites, then the put/get
-# benchmark through mapped pointers and through NVSHMEM, one after the other.
+# per GPU, every rank a "node" of its own): tests/test_crossnode_path.py at one rank, the RMA,
+# atomics and sync suites at two, then the put/get benchmark through mapped pointers and
+# through NVSHMEM, one after the other.
 #
 #   OUT=out bash scripts/gpu_crossnode_pass.sh
 set -u
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-export PYTHONPATH=$PWD
+# shellcheck source=scripts/gpu_env.sh
+. "$(dirname "$0")/gpu_env.sh"
+OUT=$out
 nvidia-smi -L
 python -c "import importlib.metadata as m; print('nvshmem', m.version('nvidia-nvshmem-cu13'))" 2>/dev/null
+# One rank with every op on the cross-node path (NVSHMEM to its own PE).
+timeout "${PATH_TIMEOUT:-300}" python -m pytest -q -p no:cacheprovider -rfEs tests/test_crossnode_path.py \
+  > "$OUT/crossnode_path.log" 2>&1
+echo "cross-node path at one rank: rc $?"
+grep -v "Warning\|warner" "$OUT/crossnode_path.log" | tail -4
 IRIS_TEST_RANKS_PER_NODE=1 IRIS_TEST_WORLD_SIZES=2 IRIS_WAIT_TIMEOUT=60 timeout "${TEST_TIMEOUT:-300}" \
   python -m pytest -q -n "${PYTEST_WORKERS:-4}" -p no:randomly -rfEs ${TESTS:-tests/test_rma.py tests/test_atomics.py tests/test_sync.py} \
   > "$OUT/crossnode_tests.log" 2>&1

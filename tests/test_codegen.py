@@ -141,7 +141,7 @@ def test_a_traced_masked_put_exchanges_between_warps_once(ptx_report):
 )
 def test_the_cross_node_path_links_nvshmem_into_every_kernel():
     lines = run_cuda_script("compile_crossnode.py", timeout=300).strip().splitlines()
-    assert len(lines) == 3, lines
+    assert len(lines) == 4, lines
     for line in lines:
         assert "nvshmem_state=True" in line and "unresolved=[]" in line and "cubin=True" in line, line
         # The thread-0 atomics share their result behind CTA barriers; a CAS retry loop
@@ -149,4 +149,6 @@ def test_the_cross_node_path_links_nvshmem_into_every_kernel():
         assert "barriers_in_multi_entry_loops=0" in line, line
     report = dict(line.split(" ", 1) for line in lines)
     assert "rma_p" in report["_rma_kernel"] and "rma_g" in report["_rma_kernel"]
+    # Puts and gets of one run of elements are NVSHMEM block transfers (nvshmemi_transfer_rma).
+    assert ",rma," in report["_rma_kernel"] and ",rma," in report["_scattered_kernel"]
     assert "amo_fetch" in report["_atomics_kernel"]

@@ -13,6 +13,7 @@ import triton.language as tl
 from conftest import get_pool
 
 import iris
+from iris.device import crossnode
 from iris_trace import schema
 
 BLOCK = 16
@@ -174,6 +175,85 @@ def _signal_body(rank, world_size):
         assert flag.item() == ROUNDS
 
 
-@pytest.mark.parametrize("body", [_rma_body, _atomics_body, _signal_body], ids=["rma", "atomics", "signal"])
+@triton.jit
+def _scattered_kernel(src, dst, gathered, heap_bases, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    # Blocks that are not one run go element by element: every other element, reversed.
+    iris.put(src + 2 * offs, dst + 2 * offs, 0, 0, heap_bases)
+    iris.fence()
+    iris.get(dst + (BLOCK - 1 - offs), gathered + offs, 0, 0, heap_bases)
+    # A 2-D block of whole rows is one run; with a column mask it is not.
+    rows = tl.arange(0, 4)[:, None] * (BLOCK // 4) + tl.arange(0, BLOCK // 4)[None, :]
+    iris.copy(src + rows, gathered + BLOCK + rows, 0, 0, 0, heap_bases)
+    cols = tl.arange(0, BLOCK // 4)[None, :] + tl.zeros([4, 1], tl.int32)
+    iris.copy(src + rows, gathered + 2 * BLOCK + rows, 0, 0, 0, heap_bases, mask=cols < 2)
+
+
+def _scattered_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        src = ctx.arange(2 * BLOCK, dtype=torch.float32) + 1
+        dst = ctx.full((2 * BLOCK,), -7.0)
+        gathered = ctx.full((3 * BLOCK,), -7.0)
+        ctx.barrier()
+        _scattered_kernel[(1,)](src, dst, gathered, ctx.get_heap_bases(), BLOCK=BLOCK)
+        ctx.barrier()
+        expected = torch.full((2 * BLOCK,), -7.0)
+        expected[::2] = src.cpu()[::2]
+        assert torch.equal(dst.cpu(), expected), dst
+        assert torch.equal(gathered[:BLOCK].cpu(), expected[:BLOCK].flip(0)), gathered
+        assert torch.equal(gathered[BLOCK : 2 * BLOCK].cpu(), src[:BLOCK].cpu()), gathered
+        columns = torch.arange(BLOCK) % (BLOCK // 4) < 2
+        partial = torch.where(columns, src[:BLOCK].cpu(), torch.tensor(-7.0))
+        assert torch.equal(gathered[2 * BLOCK :].cpu(), partial), gathered
+
+
+BODIES = {"rma": _rma_body, "atomics": _atomics_body, "signal": _signal_body, "scattered": _scattered_body}
+
+
+@pytest.mark.parametrize("body", BODIES.values(), ids=BODIES.keys())
 def test_every_op_takes_the_cross_node_path_to_this_rank(body):
     _pool().run(body)
+
+
+@triton.jit
+def _run_bytes_kernel(base, out, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    rows = tl.arange(0, 4)[:, None]
+    cols = tl.arange(0, BLOCK // 4)[None, :]
+    tile = rows * (BLOCK // 4) + cols  # whole rows: one run
+    gapped = rows * (BLOCK // 2) + cols  # rows with a gap between them
+    cases = (
+        crossnode.run_bytes(base + offs, base + BLOCK + offs),
+        crossnode.run_bytes(base + offs, base + BLOCK + offs, offs < 11),
+        crossnode.run_bytes(base + offs, base + BLOCK + offs, offs >= 5),
+        crossnode.run_bytes(base + 2 * offs, base + 2 * offs),
+        crossnode.run_bytes(base + BLOCK - 1 - offs, base + offs),
+        crossnode.run_bytes(base + offs, base + 2 * offs),
+        crossnode.run_bytes(base + tile, base + BLOCK + tile),
+        crossnode.run_bytes(base + tile, base + BLOCK + tile, rows < 3),
+        crossnode.run_bytes(base + tile, base + BLOCK + tile, cols < 2),
+        crossnode.run_bytes(base + gapped, base + gapped),
+        crossnode.run_bytes(base + offs, base + offs, offs < 0),
+    )
+    for i in tl.static_range(len(cases)):
+        nbytes, first_dest, first_source = cases[i]
+        tl.store(out + 3 * i, nbytes)
+        tl.store(out + 3 * i + 1, first_dest - base.to(tl.int64))
+        tl.store(out + 3 * i + 2, first_source - base.to(tl.int64))
+
+
+def _run_bytes_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        base = ctx.zeros(4 * BLOCK, dtype=torch.float32)
+        out = ctx.full((33,), -1, dtype=torch.int64)
+        _run_bytes_kernel[(1,)](base, out, BLOCK=BLOCK)
+        return out.view(11, 3).cpu().tolist()
+
+
+def test_a_block_is_one_transfer_only_where_it_is_one_run():
+    # fp32 elements: 4 bytes. (bytes, first dest, first source, in bytes from base) per case.
+    (cases,) = _pool().run(_run_bytes_body)
+    whole, prefix, four_rows, three_rows = 4 * BLOCK, 4 * 11, 4 * BLOCK, 3 * BLOCK
+    assert [case[0] for case in cases] == [whole, prefix, 0, 0, 0, 0, four_rows, three_rows, 0, 0, 0]
+    assert cases[0] == [whole, 0, 4 * BLOCK]
+    assert cases[4][1:] == [4 * (BLOCK - 1), 0]  # the first element in the block's order

@@ -7,6 +7,9 @@ one set of calls serves every dtype; values are reinterpreted, never converted.
   (``nvshmem_uint<N>_p``, complete at the next :func:`quiet`) or get (complete on
   return), predicated by ``mask``. A thread that holds a replicated copy of an element
   repeats the same put or get, which is harmless.
+* ``put_run`` and ``get_run`` move one run of consecutive bytes with NVSHMEM's block
+  calls (``nvshmemx_putmem_block`` / ``getmem_block``), which every thread of the CTA
+  makes together; :mod:`iris.device.crossnode` decides when a block op is one run.
 * Atomics are issued once per element by thread 0 of the CTA, which hands the old value
   to every thread (``iris_xn_amo<N>``). NVSHMEM's native atomics serve integer add, swap,
   and, or, xor and compare-and-swap; float add and min/max of any type run as a
@@ -23,6 +26,8 @@ import triton
 import triton.language as tl
 from triton.language import core
 from triton.runtime.jit import constexpr_function
+
+from . import blocks
 
 #: Operation codes of ``iris_xn_amo32`` / ``iris_xn_amo64`` (``_nvshmem_calls.ll``), by the
 #: name ``iris.device.atomic_ops`` gives the op; the native integer ops, and the two every
@@ -67,6 +72,14 @@ def _amo_word(op, address, word, compare, pe, _semantic=None):
     calls = {(_I32, _I64, w, w, _I32): (f"iris_xn_amo{w.primitive_bitwidth}", w) for w in _WORDS[2:]}
     return core.extern_elementwise(
         "", "", [op, address, word, compare, pe], calls, is_pure=False, _semantic=_semantic
+    )
+
+
+@core.extern
+def _transfer_block(name: core.constexpr, dest, source, nbytes, pe, _semantic=None):
+    calls = {(_I64, _I64, _I64, _I32): (f"iris_xn_{name.value}_block", _I32)}
+    return core.extern_elementwise(
+        "", "", [dest, source, nbytes, pe], calls, is_pure=False, _semantic=_semantic
     )
 
 
@@ -119,6 +132,16 @@ def get(ptr, rank, heap_bases, mask=None, other=None):
 
 
 @triton.jit
+def put_run(dest, source, nbytes, rank, heap_bases):
+    _transfer_block("putmem", dest, source, nbytes, tl.cast(rank, tl.int32))
+
+
+@triton.jit
+def get_run(dest, source, nbytes, rank, heap_bases):
+    _transfer_block("getmem", dest, source, nbytes, tl.cast(rank, tl.int32))
+
+
+@triton.jit
 def _combine(op: tl.constexpr, current, value):
     if op == "add":
         result = current + value
@@ -157,16 +180,6 @@ def _one_atomic(op: tl.constexpr, address, value, compare, pe):
 
 
 @triton.jit
-def _flat_index(shape: tl.constexpr):
-    tl.static_assert(len(shape) <= 2, "cross-node atomics take scalars, 1-D or 2-D blocks")
-    if len(shape) == 1:
-        index = tl.arange(0, shape[0])
-    else:
-        index = tl.arange(0, shape[0])[:, None] * shape[1] + tl.arange(0, shape[1])[None, :]
-    return index
-
-
-@triton.jit
 def _atomic(op: tl.constexpr, ptr, value, compare, pe, mask):
     ELEMENT: tl.constexpr = ptr.dtype.element_ty
     tl.static_assert(ELEMENT.primitive_bitwidth >= 32, "8- and 16-bit atomics cannot reach another node")
@@ -175,7 +188,7 @@ def _atomic(op: tl.constexpr, ptr, value, compare, pe, mask):
     if ptr.type.is_block():
         # One element after another, each a scalar atomic (see the module docstring).
         SHAPE: tl.constexpr = ptr.shape
-        index = _flat_index(SHAPE)
+        index = blocks.row_major_index(ptr)
         addresses = ptr.to(tl.int64)
         words = _as_word(tl.broadcast_to(value, SHAPE))
         compares = _as_word(tl.broadcast_to(compare, SHAPE))

@@ -9,6 +9,8 @@ memory at once, as NVSHMEM's blocking gets and fetching atomics do.
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import triton
 import triton.language as tl
@@ -42,6 +44,35 @@ def _defer(remote, value, mask):
 def put(ptr, value, rank, heap_bases, mask=None):
     remote = _mapped(ptr, rank, heap_bases)
     _defer(remote, tl.cast(value, ptr.dtype.element_ty) + tl.zeros(remote.shape, ptr.dtype.element_ty), mask)
+
+
+def _scalar(x) -> int:
+    return int(_array(x).reshape(-1)[0])
+
+
+def _defer_run(remote, source, nbytes):
+    # The source is read now, as NVSHMEM's blocking put has read it when it returns.
+    RemoteWrites.defer([_scalar(remote)], [ctypes.string_at(_scalar(source), _scalar(nbytes))])
+
+
+def _copy_run(dest, remote, nbytes):
+    ctypes.memmove(_scalar(dest), _scalar(remote), _scalar(nbytes))
+
+
+@triton.jit
+def _mapped_address(address, rank, heap_bases):
+    here = layout.heap_base(heap_bases, layout.cur_rank(heap_bases))
+    return address + (layout.heap_base(heap_bases, rank) - here)
+
+
+@triton.jit
+def put_run(dest, source, nbytes, rank, heap_bases):
+    _defer_run(_mapped_address(dest, rank, heap_bases), source, nbytes)
+
+
+@triton.jit
+def get_run(dest, source, nbytes, rank, heap_bases):
+    _copy_run(dest, _mapped_address(source, rank, heap_bases), nbytes)
 
 
 @triton.jit

@@ -39,6 +39,8 @@ declare i64 @nvshmem_uint64_atomic_fetch_or(ptr, i64, i32)
 declare i64 @nvshmem_uint64_atomic_fetch_xor(ptr, i64, i32)
 declare i64 @nvshmem_uint64_atomic_compare_swap(ptr, i64, i64, i32)
 declare void @nvshmem_quiet()
+declare void @nvshmemx_putmem_block(ptr, ptr, i64, i32)
+declare void @nvshmemx_getmem_block(ptr, ptr, i64, i32)
 
 ; The word through which thread 0 hands an atomic's old value to the other threads.
 @iris_xn_shared_word = internal addrspace(3) global i64 undef, align 8
@@ -256,6 +258,30 @@ share:
   %word = load i64, ptr addrspace(3) @iris_xn_shared_word, align 8
   call void @iris_xn_barrier() #0
   ret i64 %word
+}
+
+; ---------------------------------------------------------------- block transfers
+; One run of consecutive bytes, moved by NVSHMEM's CTA-collective calls: every thread of
+; the CTA calls these with the same arguments. The barrier before makes what any thread
+; of the CTA wrote to the source visible to the threads that move it; the one after,
+; what a get brought to every thread. The put is complete at the next quiet (its source
+; may be reused on return), the get on return.
+define i32 @iris_xn_putmem_block(i64 %dest, i64 %source, i64 %bytes, i32 %pe) #0 {
+  call void @iris_xn_barrier() #0
+  %d = inttoptr i64 %dest to ptr
+  %s = inttoptr i64 %source to ptr
+  call void @nvshmemx_putmem_block(ptr %d, ptr %s, i64 %bytes, i32 %pe)
+  call void @iris_xn_barrier() #0
+  ret i32 0
+}
+
+define i32 @iris_xn_getmem_block(i64 %dest, i64 %source, i64 %bytes, i32 %pe) #0 {
+  call void @iris_xn_barrier() #0
+  %d = inttoptr i64 %dest to ptr
+  %s = inttoptr i64 %source to ptr
+  call void @nvshmemx_getmem_block(ptr %d, ptr %s, i64 %bytes, i32 %pe)
+  call void @iris_xn_barrier() #0
+  ret i32 0
 }
 
 ; ---------------------------------------------------------------- completion

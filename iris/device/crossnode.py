@@ -25,6 +25,14 @@ takes the caller's (symmetric) pointer and the target rank:
   first, so data written before a ``signal`` is visible after the matching wait, as
   within a node.
 
+Memory-to-memory ops (``iris.put``, ``iris.get``, and ``iris.copy`` where one side is
+the caller) go through :func:`put_block` and :func:`get_block`, which move a block as
+one transfer (``put_run`` / ``get_run``: NVSHMEM's block calls on GPUs) when it is one
+run of consecutive elements on both sides: in row-major order of the block, element
+``i`` at ``first + i``, and the active lanes (the mask) a prefix of that order, as
+``base + offs`` under ``mask=offs < n`` gives. Any other block goes element by element.
+Over a network a transfer per element costs a message each; a run is one.
+
 Atomics on 8- and 16-bit types do not cross nodes (NVSHMEM has none; ``rma``
 refuses them when they would). Under the emulation backend the same calls run on
 the mapped heaps with NVSHMEM's completion rule modelled
@@ -38,16 +46,105 @@ Example:
     >>>     crossnode.put(buf + offs, values, peer, heap_bases, mask)
 """
 
+import triton
 import triton.language as tl
+from triton.runtime.jit import constexpr_function
 
 from ..config import BACKEND
 from ..config import SCALE_OUT as _SCALE_OUT
+from . import blocks
 
 #: Whether device ops route by node (the job spans nodes); constant for the process.
 SCALE_OUT: tl.constexpr = tl.constexpr(_SCALE_OUT)
 if BACKEND == "emulated":
-    from ._crossnode_emulated import atomic, cas, get, put, quiet
+    from ._crossnode_emulated import atomic, cas, get, get_run, put, put_run, quiet
 else:
-    from ._crossnode_cuda import atomic, cas, get, put, quiet
+    from ._crossnode_cuda import atomic, cas, get, get_run, put, put_run, quiet
 
-__all__ = ["SCALE_OUT", "atomic", "cas", "get", "put", "quiet"]
+__all__ = ["SCALE_OUT", "atomic", "cas", "get", "get_block", "put", "put_block", "quiet", "run_bytes"]
+
+
+@constexpr_function
+def _may_be_one_run(dest_type, source_type):
+    # Blocks of one shape and element type; anything else goes element by element.
+    return (
+        blocks.is_block(dest_type)
+        and blocks.is_block(source_type)
+        and list(dest_type.shape) == list(source_type.shape)
+        and dest_type.element_ty == source_type.element_ty
+        and len(dest_type.shape) <= 3
+    )
+
+
+@triton.jit
+def run_bytes(dest, source, mask=None):
+    """``(bytes, first dest address, first source address)`` of the one run both blocks are.
+
+    Both blocks must hold consecutive elements in row-major order (element ``i`` at
+    ``first + i``) wherever ``mask`` is active, and the active lanes must be a prefix
+    of that order; ``bytes`` is 0 when they are not (or nothing is active).
+
+    Example:
+        >>> nbytes, first_dest, first_source = run_bytes(dst + offs, src + offs, offs < n)
+    """
+    ELEMENT: tl.constexpr = blocks.element_bytes(dest.type)
+    index = blocks.row_major_index(dest)
+    if mask is None:
+        active = index >= 0
+    else:
+        active = tl.broadcast_to(mask != 0, dest.shape)
+    count = tl.sum(active.to(tl.int32))
+    dest_addresses = dest.to(tl.int64)
+    source_addresses = source.to(tl.int64)
+    first_dest = tl.sum(tl.where(index == 0, dest_addresses, 0))
+    first_source = tl.sum(tl.where(index == 0, source_addresses, 0))
+    step = index.to(tl.int64) * ELEMENT
+    in_place = (dest_addresses == first_dest + step) & (source_addresses == first_source + step)
+    fits = (active == (index < count)) & tl.where(active, in_place, True)
+    whole = tl.min(fits.to(tl.int32)) != 0
+    return tl.where(whole, count.to(tl.int64) * ELEMENT, 0), first_dest, first_source
+
+
+@triton.jit
+def put_block(dest, source, rank, heap_bases, mask=None, other=None, cache_modifier: tl.constexpr = ""):
+    """Copy this rank's ``source`` into ``rank``'s ``dest`` (the caller's own address of it).
+
+    One transfer when both are one run (:func:`run_bytes`), else a load and :func:`put`
+    per element; complete at the next :func:`quiet` either way. ``cache_modifier`` is
+    the element-wise load's.
+
+    Example:
+        >>> crossnode.put_block(dst + offs, src + offs, peer, heap_bases, mask=offs < n)
+    """
+    if _may_be_one_run(dest.type, source.type):
+        nbytes, first_dest, first_source = run_bytes(dest, source, mask)
+        if nbytes > 0:
+            put_run(first_dest, first_source, nbytes, rank, heap_bases)
+        else:
+            data = tl.load(source, mask=mask, other=other, cache_modifier=cache_modifier)
+            put(dest, data, rank, heap_bases, mask)
+    else:
+        data = tl.load(source, mask=mask, other=other, cache_modifier=cache_modifier)
+        put(dest, data, rank, heap_bases, mask)
+
+
+@triton.jit
+def get_block(dest, source, rank, heap_bases, mask=None, other=None, cache_modifier: tl.constexpr = ""):
+    """Copy ``rank``'s ``source`` (the caller's own address of it) into this rank's ``dest``.
+
+    One transfer when both are one run (:func:`run_bytes`), else :func:`get` and a store
+    per element; complete on return either way. Masked-off elements of ``dest`` are not
+    written. ``cache_modifier`` is the element-wise store's.
+
+    Example:
+        >>> crossnode.get_block(dst + offs, src + offs, peer, heap_bases, mask=offs < n)
+    """
+    if _may_be_one_run(dest.type, source.type):
+        nbytes, first_dest, first_source = run_bytes(dest, source, mask)
+        if nbytes > 0:
+            get_run(first_dest, first_source, nbytes, rank, heap_bases)
+        else:
+            data = get(source, rank, heap_bases, mask, other)
+            tl.store(dest, data, mask=mask, cache_modifier=cache_modifier)
+    else:
+        tl.store(dest, get(source, rank, heap_bases, mask, other), mask=mask, cache_modifier=cache_modifier)

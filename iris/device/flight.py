@@ -50,8 +50,8 @@ from triton.runtime.jit import constexpr_function
 from iris_trace import schema
 
 from ..config import FLIGHT as _FLIGHT
+from . import blocks, layout, tracing
 from . import intrinsics as hw
-from . import layout, tracing
 
 #: Compile-time switch (``IRIS_FLIGHT=0`` removes the recorder from every kernel).
 ENABLED: tl.constexpr = tl.constexpr(_FLIGHT)
@@ -123,11 +123,6 @@ def op_id(op):
     return ident
 
 
-@constexpr_function
-def _is_block(value_type):
-    return hasattr(value_type, "is_block") and value_type.is_block()
-
-
 @triton.jit
 def _word(slots, index):
     return tl.load(slots + index).to(tl.int64, bitcast=True)
@@ -147,7 +142,7 @@ def _linear_pid():
 @triton.jit
 def _value_of(value):
     as_int = tl.cast(value, tl.int64)
-    if _is_block(as_int.type):
+    if blocks.is_block(as_int.type):
         return tl.zeros([], tl.int64)
     else:
         return as_int
@@ -214,7 +209,7 @@ def record(
                 when = hw.timer_ns()
             cur_rank = layout.cur_rank(heap_bases)
             offset, nbytes = tracing._touched(pointer, mask, layout.heap_base(heap_bases, cur_rank))
-            if _is_block(pointer.type):
+            if blocks.is_block(pointer.type):
                 extra_word = nbytes
             else:
                 extra_word = tl.cast(extra, tl.int64)

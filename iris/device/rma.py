@@ -219,11 +219,11 @@ def get(
         path = tracing.PATH_CROSS_NODE
         # The cross-node path names the object by the caller's own address of it.
         own = translate(from_ptr, space, caller, heap_bases, mask, "iris.get", hint)
-        data = crossnode.get(own, source, heap_bases, mask, other)
+        crossnode.get_block(to_ptr, own, source, heap_bases, mask, other, store_cache_modifier)
     else:
         remote = translate(from_ptr, space, source, heap_bases, mask, "iris.get", hint)
         data = tl.load(remote, mask=mask, other=other, cache_modifier=load_cache_modifier)
-    tl.store(to_ptr, data, mask=mask, cache_modifier=store_cache_modifier)
+        tl.store(to_ptr, data, mask=mask, cache_modifier=store_cache_modifier)
     tracing.end(heap_bases, start, tracing.GET, source, from_ptr, mask, 0, pid_m, pid_n, path=path)
 
 
@@ -254,13 +254,30 @@ def put(
     path = tracing.PATH_MAPPED
     if crossnode.SCALE_OUT and layout.off_node(heap_bases, from_rank, to_rank):
         path = tracing.PATH_CROSS_NODE
-        data = tl.load(from_ptr, mask=mask, other=other, cache_modifier=load_cache_modifier)
-        crossnode.put(to_ptr, data, to_rank, heap_bases, mask)
+        crossnode.put_block(to_ptr, from_ptr, to_rank, heap_bases, mask, other, load_cache_modifier)
     else:
         remote = translate(to_ptr, from_rank, to_rank, heap_bases, mask, "iris.put", hint)
         data = tl.load(from_ptr, mask=mask, other=other, cache_modifier=load_cache_modifier)
         tl.store(remote, data, mask=mask, cache_modifier=store_cache_modifier)
     tracing.end(heap_bases, start, tracing.PUT, to_rank, to_ptr, mask, 0, pid_m, pid_n, path=path)
+
+
+@triton.jit
+def _copy_by_element(
+    src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask, other, far_source, far_target,
+    load_cache_modifier: tl.constexpr, store_cache_modifier: tl.constexpr, hint: tl.constexpr,
+):  # fmt: skip
+    # ``far_*``: whether that end is on another node (only ever true in jobs that span nodes).
+    if far_source:
+        data = crossnode.get(src_ptr, from_rank, heap_bases, mask, other)
+    else:
+        source = translate(src_ptr, cur_rank, from_rank, heap_bases, mask, "iris.copy", hint)
+        data = tl.load(source, mask=mask, other=other, cache_modifier=load_cache_modifier)
+    if far_target:
+        crossnode.put(dst_ptr, data, to_rank, heap_bases, mask)
+    else:
+        target = translate(dst_ptr, cur_rank, to_rank, heap_bases, mask, "iris.copy", hint)
+        tl.store(target, data, mask=mask, cache_modifier=store_cache_modifier)
 
 
 @triton.jit
@@ -286,18 +303,26 @@ def copy(
     """
     start = tracing.begin(heap_bases)
     path = tracing.PATH_MAPPED
-    if crossnode.SCALE_OUT and layout.off_node(heap_bases, cur_rank, from_rank):
-        path = tracing.PATH_CROSS_NODE
-        data = crossnode.get(src_ptr, from_rank, heap_bases, mask, other)
+    if crossnode.SCALE_OUT:
+        far_source = layout.off_node(heap_bases, cur_rank, from_rank)
+        far_target = layout.off_node(heap_bases, cur_rank, to_rank)
+        if far_source | far_target:
+            path = tracing.PATH_CROSS_NODE
+        if far_source & (to_rank == cur_rank):
+            # Memory to memory with the caller at one end: one transfer where the block is a run.
+            crossnode.get_block(dst_ptr, src_ptr, from_rank, heap_bases, mask, other, store_cache_modifier)
+        elif far_target & (from_rank == cur_rank):
+            crossnode.put_block(dst_ptr, src_ptr, to_rank, heap_bases, mask, other, load_cache_modifier)
+        else:
+            _copy_by_element(
+                src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask, other,
+                far_source, far_target, load_cache_modifier, store_cache_modifier, hint,
+            )  # fmt: skip
     else:
-        source = translate(src_ptr, cur_rank, from_rank, heap_bases, mask, "iris.copy", hint)
-        data = tl.load(source, mask=mask, other=other, cache_modifier=load_cache_modifier)
-    if crossnode.SCALE_OUT and layout.off_node(heap_bases, cur_rank, to_rank):
-        path = tracing.PATH_CROSS_NODE
-        crossnode.put(dst_ptr, data, to_rank, heap_bases, mask)
-    else:
-        target = translate(dst_ptr, cur_rank, to_rank, heap_bases, mask, "iris.copy", hint)
-        tl.store(target, data, mask=mask, cache_modifier=store_cache_modifier)
+        _copy_by_element(
+            src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask, other, False, False,
+            load_cache_modifier, store_cache_modifier, hint,
+        )  # fmt: skip
     tracing.end(heap_bases, start, tracing.COPY, to_rank, dst_ptr, mask, 0, pid_m, pid_n, path=path)
 
 

@@ -32,8 +32,8 @@ from triton.runtime.jit import constexpr_function
 
 from iris_trace import schema
 
+from . import blocks, layout
 from . import intrinsics as hw
-from . import layout
 from .aggregate import aggregate
 
 # Event kinds (``event_id``) and record layout: constexpr copies of ``iris_trace.schema``.
@@ -166,22 +166,6 @@ def compiled_in(heap_bases_type):
     return heap_bases_type.element_ty == tl.int64
 
 
-@constexpr_function
-def _is_block(pointer_type):
-    return pointer_type.is_block()
-
-
-@constexpr_function
-def _element_bytes(pointer_type):
-    element = pointer_type.element_ty if pointer_type.is_block() else pointer_type
-    return element.element_ty.primitive_bitwidth // 8
-
-
-@constexpr_function
-def _numel(pointer_type):
-    return pointer_type.numel if pointer_type.is_block() else 1
-
-
 @triton.jit
 def begin(heap_bases):
     """Start timestamp of an op, or -1 when nothing is to be recorded (pass it to :func:`end`).
@@ -202,25 +186,6 @@ def begin(heap_bases):
 @triton.jit
 def _linear_pid():
     return tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
-
-
-@constexpr_function
-def _rank_of(pointer_type):
-    return len(pointer_type.shape)
-
-
-@triton.jit
-def _index_order(ptr):
-    # Each element's position in row-major order of the block (1 to 3 dimensions).
-    if _rank_of(ptr.type) == 1:
-        index = tl.arange(0, ptr.shape[0])
-    elif _rank_of(ptr.type) == 2:
-        index = tl.arange(0, ptr.shape[0])[:, None] * ptr.shape[1] + tl.arange(0, ptr.shape[1])[None, :]
-    else:
-        rows = tl.arange(0, ptr.shape[0])[:, None, None] * (ptr.shape[1] * ptr.shape[2])
-        index = rows + tl.arange(0, ptr.shape[1])[None, :, None] * ptr.shape[2]
-        index = index + tl.arange(0, ptr.shape[2])[None, None, :]
-    return index
 
 
 @triton.jit
@@ -248,29 +213,29 @@ def _touched(ptr, mask, local_base):
     summed in one reduction, so a masked op exchanges partial results between warps
     once, not twice. Blocks of four or more dimensions still take the lowest address.
     """
-    if _is_block(ptr.type):
+    if blocks.is_block(ptr.type):
         addresses = ptr.to(tl.int64)
-        if _rank_of(ptr.type) <= 3:
+        if blocks.rank_of(ptr.type) <= 3:
             # Sums do not care about order, so the reshapes may reorder elements.
-            firsts = tl.where(_index_order(ptr) == 0, addresses, 0)
-            flat_firsts = tl.reshape(firsts, [_numel(ptr.type)], can_reorder=True)
+            firsts = tl.where(blocks.row_major_index(ptr) == 0, addresses, 0)
+            flat_firsts = tl.reshape(firsts, [blocks.numel(ptr.type)], can_reorder=True)
             if mask is None:
                 first = tl.reduce(flat_firsts, 0, _add)
-                count = _numel(ptr.type)
+                count = blocks.numel(ptr.type)
             else:
                 active = tl.broadcast_to(mask != 0, ptr.shape).to(tl.int64)
-                flat_active = tl.reshape(active, [_numel(ptr.type)], can_reorder=True)
+                flat_active = tl.reshape(active, [blocks.numel(ptr.type)], can_reorder=True)
                 first, count = tl.reduce((flat_firsts, flat_active), 0, _add_pairs)
         else:
             first = tl.min(addresses)
             if mask is None:
-                count = _numel(ptr.type)
+                count = blocks.numel(ptr.type)
             else:
                 count = tl.sum(tl.broadcast_to(mask != 0, ptr.shape).to(tl.int64))
     else:
         first = ptr.to(tl.int64)
         count = 1
-    return first - local_base, count * _element_bytes(ptr.type)
+    return first - local_base, count * blocks.element_bytes(ptr.type)
 
 
 @triton.jit

@@ -182,18 +182,19 @@ def _scattered_kernel(src, dst, gathered, heap_bases, BLOCK: tl.constexpr):
     iris.put(src + 2 * offs, dst + 2 * offs, 0, 0, heap_bases)
     iris.fence()
     iris.get(dst + (BLOCK - 1 - offs), gathered + offs, 0, 0, heap_bases)
-    # A 2-D block of whole rows is one run; with a column mask it is not.
+    # A 2-D block of whole rows is one run; with a column mask, a run per row.
     rows = tl.arange(0, 4)[:, None] * (BLOCK // 4) + tl.arange(0, BLOCK // 4)[None, :]
     iris.copy(src + rows, gathered + BLOCK + rows, 0, 0, 0, heap_bases)
     cols = tl.arange(0, BLOCK // 4)[None, :] + tl.zeros([4, 1], tl.int32)
     iris.copy(src + rows, gathered + 2 * BLOCK + rows, 0, 0, 0, heap_bases, mask=cols < 2)
+    iris.put(src + rows, gathered + 3 * BLOCK + rows, 0, 0, heap_bases, mask=cols < 2)
 
 
 def _scattered_body(rank, world_size):
     with iris.iris(1 << 22) as ctx:
         src = ctx.arange(2 * BLOCK, dtype=torch.float32) + 1
         dst = ctx.full((2 * BLOCK,), -7.0)
-        gathered = ctx.full((3 * BLOCK,), -7.0)
+        gathered = ctx.full((4 * BLOCK,), -7.0)
         ctx.barrier()
         _scattered_kernel[(1,)](src, dst, gathered, ctx.get_heap_bases(), BLOCK=BLOCK)
         ctx.barrier()
@@ -204,7 +205,8 @@ def _scattered_body(rank, world_size):
         assert torch.equal(gathered[BLOCK : 2 * BLOCK].cpu(), src[:BLOCK].cpu()), gathered
         columns = torch.arange(BLOCK) % (BLOCK // 4) < 2
         partial = torch.where(columns, src[:BLOCK].cpu(), torch.tensor(-7.0))
-        assert torch.equal(gathered[2 * BLOCK :].cpu(), partial), gathered
+        assert torch.equal(gathered[2 * BLOCK : 3 * BLOCK].cpu(), partial), gathered
+        assert torch.equal(gathered[3 * BLOCK :].cpu(), partial), gathered
 
 
 BODIES = {"rma": _rma_body, "atomics": _atomics_body, "signal": _signal_body, "scattered": _scattered_body}
@@ -240,20 +242,36 @@ def _run_bytes_kernel(base, out, BLOCK: tl.constexpr):
         tl.store(out + 3 * i, nbytes)
         tl.store(out + 3 * i + 1, first_dest - base.to(tl.int64))
         tl.store(out + 3 * i + 2, first_source - base.to(tl.int64))
+    # Row by row: (all rows runs, then each row's bytes) per case, 5 words each.
+    by_rows = (
+        crossnode.row_runs(base + gapped, base + BLOCK + gapped),
+        crossnode.row_runs(base + gapped, base + gapped, cols < 2),
+        crossnode.row_runs(base + gapped, base + gapped, rows < 3),
+        crossnode.row_runs(base + rows * (BLOCK // 2) + (BLOCK // 4 - 1 - cols), base + gapped),
+    )
+    for i in tl.static_range(len(by_rows)):
+        whole, row_bytes, row_dest, row_source = by_rows[i]
+        tl.store(out + 33 + 5 * i, whole.to(tl.int64))
+        tl.store(out + 34 + 5 * i + tl.arange(0, 4), row_bytes)
 
 
 def _run_bytes_body(rank, world_size):
     with iris.iris(1 << 22) as ctx:
         base = ctx.zeros(4 * BLOCK, dtype=torch.float32)
-        out = ctx.full((33,), -1, dtype=torch.int64)
+        out = ctx.full((53,), -1, dtype=torch.int64)
         _run_bytes_kernel[(1,)](base, out, BLOCK=BLOCK)
-        return out.view(11, 3).cpu().tolist()
+        return out[:33].view(11, 3).cpu().tolist(), out[33:].view(4, 5).cpu().tolist()
 
 
-def test_a_block_is_one_transfer_only_where_it_is_one_run():
+def test_blocks_move_as_runs_only_where_they_are_runs():
     # fp32 elements: 4 bytes. (bytes, first dest, first source, in bytes from base) per case.
-    (cases,) = _pool().run(_run_bytes_body)
+    ((cases, by_rows),) = _pool().run(_run_bytes_body)
     whole, prefix, four_rows, three_rows = 4 * BLOCK, 4 * 11, 4 * BLOCK, 3 * BLOCK
     assert [case[0] for case in cases] == [whole, prefix, 0, 0, 0, 0, four_rows, three_rows, 0, 0, 0]
     assert cases[0] == [whole, 0, 4 * BLOCK]
     assert cases[4][1:] == [4 * (BLOCK - 1), 0]  # the first element in the block's order
+    row = 4 * (BLOCK // 4)  # a row of the 4 x BLOCK/4 tile, in bytes
+    assert by_rows[0] == [1, row, row, row, row]  # a tile of a wider matrix: a run per row
+    assert by_rows[1] == [1, 8, 8, 8, 8]  # masked to two columns
+    assert by_rows[2] == [1, row, row, row, 0]  # the last row masked off
+    assert by_rows[3][0] == 0  # rows reversed: element by element

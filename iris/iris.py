@@ -18,7 +18,7 @@ from .backends import make_backend
 from .ccl import CCL
 from .ccl.runtime import Runtime
 from .copy_engine import CopyEngine
-from .device import layout
+from .device import crossnode, layout
 from .device.barrier import device_barrier_kernel
 from .distributed import init_distributed
 from .errors import ArgumentCountError
@@ -106,8 +106,11 @@ class Iris:
         # Iris's own state lives in the heap's reserved region, the same on every rank:
         # the device barrier's arrivals (here), the collectives' flags (ccl.Runtime).
         barrier_piece = ((BARRIER_SLOTS, self.num_ranks), torch.int64)
-        flag_piece = Runtime.flag_piece(self.num_ranks, self.backend.multiprocessor_count(device))
-        reserved = SymmetricHeap.footprint([barrier_piece, flag_piece])
+        sm_count = self.backend.multiprocessor_count(device)
+        flag_piece = Runtime.flag_piece(self.num_ranks, sm_count)
+        # Jobs that span nodes stage blocks of register values there (iris.device.crossnode).
+        staging_pieces = crossnode.staging_pieces(sm_count) if config.SCALE_OUT else []
+        reserved = SymmetricHeap.footprint([barrier_piece, flag_piece, *staging_pieces])
         self.heap = SymmetricHeap(heap_size, self.backend, self._comm, device, reserved)
         self._barrier_arrivals = self.heap.reserve(*barrier_piece)
         self._barrier_slots = GroupSlots(
@@ -123,6 +126,12 @@ class Iris:
         context = [self.cur_rank, self.num_ranks, *self.heap.bases, self.heap.mapped_size]
         context += [0] * (layout.context_length(self.num_ranks) - len(context))
         context[layout.ranks_per_node_slot(self.num_ranks)] = self.ranks_per_node
+        if staging_pieces:
+            area, flags = (self.heap.reserve(*piece) for piece in staging_pieces)
+            staging = {layout.STAGING_AREA: area.data_ptr(), layout.STAGING_FLAGS: flags.data_ptr()}
+            staging.update({layout.STAGING_COUNT: area.shape[0], layout.STAGING_BYTES: area.shape[1]})
+            for slot, value in staging.items():
+                context[layout.staging_slot(self.num_ranks, slot)] = value
         self._device_context = torch.tensor(context, dtype=torch.int64, device=device)
         self.heap_bases = self._device_context[layout.heap_bases_slots(self.num_ranks)].view(torch.uint64)
         #: Wait timeouts, flight recorder and hang reports; see :class:`iris.hang.Hang`.

@@ -1,15 +1,17 @@
 """Compile the cross-node path for Hopper (sm_90), linked against NVSHMEM's device library.
 
-Every device op is routed through the cross-node path (``IRIS_CROSS_NODE_ALWAYS=1``)
-and the kernels of ``tests/test_crossnode_path.py`` are compiled the way a job that
-spans nodes compiles them: through the hook that links ``_nvshmem_calls.ll`` and
-``libnvshmem_device*.bc`` into every kernel (``iris.backends.cuda_nvshmem``). One line
-per kernel says what it calls: NVSHMEM's transfer functions, and no function left
-unresolved, and how many CTA barriers sit in loops of more than one entry (the
-atomics' barriers in a compare-and-swap retry loop; 0 expected). No GPU is needed;
+Every device op is routed through the cross-node path (``IRIS_CROSS_NODE_ALWAYS=1``), or
+with ``--nodes-of-one`` decided per op as in a job of one rank per node (then the ops of
+those kernels, all between a rank and itself, keep both paths). The kernels of
+``tests/test_crossnode_path.py`` are compiled the way a job that spans nodes compiles
+them: through the hook that links ``_nvshmem_calls.ll`` and ``libnvshmem_device*.bc``
+into every kernel (``iris.backends.cuda_nvshmem``). One line per kernel says what it
+calls: NVSHMEM's transfer functions, and no function left unresolved, and how many CTA
+barriers sit in loops of more than one entry (the atomics' barriers in a
+compare-and-swap retry loop; 0 expected with every op routed across). No GPU is needed;
 NVSHMEM's bitcode is (``NVSHMEM_LIB_DIR``, or the ``nvidia-nvshmem-cu13`` wheel).
 
-    IRIS_BACKEND=cuda NVSHMEM_LIB_DIR=... python scripts/compile_crossnode.py
+    IRIS_BACKEND=cuda NVSHMEM_LIB_DIR=... python scripts/compile_crossnode.py [--nodes-of-one]
 """
 
 from __future__ import annotations
@@ -19,13 +21,22 @@ import re
 import sys
 
 os.environ.setdefault("IRIS_BACKEND", "cuda")
-os.environ["IRIS_CROSS_NODE_ALWAYS"] = "1"
+if "--nodes-of-one" in sys.argv:
+    os.environ.update(IRIS_RANKS_PER_NODE="1", WORLD_SIZE="2")
+else:
+    os.environ["IRIS_CROSS_NODE_ALWAYS"] = "1"
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import triton
 from ptx_flow import barriers_in_multi_entry_loops
-from test_crossnode_path import _atomics_kernel, _rma_kernel, _scattered_kernel, _signal_kernel
+from test_crossnode_path import (
+    _atomics_kernel,
+    _rma_kernel,
+    _scattered_kernel,
+    _signal_kernel,
+    _staged_kernel,
+)
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -62,11 +73,12 @@ KERNELS = [
         {"src": "*fp32", "dst": "*fp32", "gathered": "*fp32", "heap_bases": "*i64"},
         {"BLOCK": 16},
     ),
+    (_staged_kernel, {"wide": "*fp32", "back": "*fp32", "heap_bases": "*i64"}, {"BLOCK": 16}),
 ]
 
 
 def main() -> int:
-    assert iris.config.SCALE_OUT, "IRIS_CROSS_NODE_ALWAYS must be set before iris is imported"
+    assert iris.config.SCALE_OUT, "the routing settings must be in place before iris is imported"
     library = nvshmem_device_library((9, 0))
     _link_nvshmem_into_every_kernel(library)
     for kernel, signature, constexprs in KERNELS:

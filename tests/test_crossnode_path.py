@@ -209,7 +209,46 @@ def _scattered_body(rank, world_size):
         assert torch.equal(gathered[3 * BLOCK :].cpu(), partial), gathered
 
 
-BODIES = {"rma": _rma_body, "atomics": _atomics_body, "signal": _signal_body, "scattered": _scattered_body}
+@triton.jit
+def _staged_kernel(wide, back, heap_bases, BLOCK: tl.constexpr):
+    # Each program stores a 4 x BLOCK/4 tile of register values into its rows of a matrix
+    # BLOCK/2 wide (a run per row, through a staging slot), masked to 3 columns, then loads
+    # the tile back (a run per row again) into ``back``.
+    pid = tl.program_id(0)
+    rows = 4 * pid + tl.arange(0, 4)[:, None]
+    cols = tl.arange(0, BLOCK // 4)[None, :]
+    values = (rows * 100 + cols).to(tl.float32)
+    iris.store(wide + rows * (BLOCK // 2) + cols, values, 0, 0, heap_bases, mask=cols < 3)
+    iris.fence()
+    seen = iris.load(wide + rows * (BLOCK // 2) + cols, 0, 0, heap_bases, mask=cols < 3, other=-1.0)
+    tl.store(back + rows * (BLOCK // 4) + cols, seen)
+
+
+def _staged_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        # More programs than staging slots: a slot that was not freed would hang the claim.
+        programs = 3 * crossnode.STAGING_SLOTS_PER_SM * ctx.get_cu_count()
+        wide = ctx.full((4 * programs, BLOCK // 2), -7.0)
+        back = ctx.full((4 * programs, BLOCK // 4), -9.0)
+        ctx.barrier()
+        _staged_kernel[(programs,)](wide, back, ctx.get_heap_bases(), BLOCK=BLOCK)
+        ctx.barrier()
+        rows = torch.arange(4 * programs)[:, None].float()
+        cols = torch.arange(BLOCK // 2)[None, :].float()
+        expected = torch.where(cols < 3, rows * 100 + cols, torch.tensor(-7.0))
+        assert torch.equal(wide.cpu(), expected), wide
+        assert torch.equal(
+            back.cpu(), torch.where(cols[:, : BLOCK // 4] < 3, expected[:, : BLOCK // 4], -1.0)
+        )
+
+
+BODIES = {
+    "rma": _rma_body,
+    "atomics": _atomics_body,
+    "signal": _signal_body,
+    "scattered": _scattered_body,
+    "staged": _staged_body,
+}
 
 
 @pytest.mark.parametrize("body", BODIES.values(), ids=BODIES.keys())

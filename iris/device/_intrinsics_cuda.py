@@ -80,6 +80,12 @@ def timer_ns():
 
 
 @triton.jit
+def opaque(x):
+    """``x`` (int32), hidden from the compiler's constant folding: a register move it cannot see through."""
+    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
 def sm_id():
     """The SM this program runs on (%smid)."""
     return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)

@@ -25,15 +25,24 @@ takes the caller's (symmetric) pointer and the target rank:
   first, so data written before a ``signal`` is visible after the matching wait, as
   within a node.
 
-Memory-to-memory ops (``iris.put``, ``iris.get``, and ``iris.copy`` where one side is
-the caller) go through :func:`put_block` and :func:`get_block`, which move a block as
-one transfer (``put_run`` / ``get_run``: NVSHMEM's block calls on GPUs) when it is one
-run of consecutive elements on both sides: in row-major order of the block, element
-``i`` at ``first + i``, and the active lanes (the mask) a prefix of that order, as
-``base + offs`` under ``mask=offs < n`` gives. A 2-D block whose every row is such a run
-(a tile of a wider matrix, masked by columns) moves as one transfer per row. Any other
-block goes element by element. Over a network a transfer per element costs a message
-each; a run is one.
+Blocks move as runs wherever the remote side allows. Memory-to-memory ops
+(``iris.put``, ``iris.get``, and ``iris.copy`` where one side is the caller) go through
+:func:`put_block` and :func:`get_block`, which move a block as one transfer
+(``put_run`` / ``get_run``: NVSHMEM's block calls on GPUs) when it is one run of
+consecutive elements on both sides: in row-major order of the block, element ``i`` at
+``first + i``, and the active lanes (the mask) a prefix of that order, as ``base + offs``
+under ``mask=offs < n`` gives. A 2-D block whose every row is such a run (a tile of a
+wider matrix, masked by columns) moves as one transfer per row. Any other block goes
+element by element. Over a network a transfer per element costs a message each; a run
+is one.
+
+Values in registers (``iris.load``, ``iris.store``, and the element-wise ends of the
+above) have no memory of their own to move from or into, so a block whose remote side is
+runs passes through the **staging area**: a slot of this rank's heap (its reserved
+region, ``STAGING_SLOT_BYTES`` per slot, ``STAGING_SLOTS_PER_SM`` per SM), claimed with a
+compare-and-swap for the one op and released after it. A store writes the block there
+in row-major order and puts it as runs; a load gets the runs into the slot and reads the
+block back. Blocks larger than a slot go element by element.
 
 Atomics on 8- and 16-bit types do not cross nodes (NVSHMEM has none; ``rma``
 refuses them when they would). Under the emulation backend the same calls run on
@@ -48,13 +57,15 @@ Example:
     >>>     crossnode.put(buf + offs, values, peer, heap_bases, mask)
 """
 
+import torch
 import triton
 import triton.language as tl
 from triton.runtime.jit import constexpr_function
 
 from ..config import BACKEND
 from ..config import SCALE_OUT as _SCALE_OUT
-from . import blocks
+from . import blocks, layout
+from . import intrinsics as hw
 
 #: Whether device ops route by node (the job spans nodes); constant for the process.
 SCALE_OUT: tl.constexpr = tl.constexpr(_SCALE_OUT)
@@ -65,16 +76,78 @@ else:
 
 __all__ = [
     "SCALE_OUT",
+    "STAGING_SLOTS_PER_SM",
+    "STAGING_SLOT_BYTES",
     "atomic",
     "cas",
     "get",
     "get_block",
+    "load_block",
     "put",
     "put_block",
     "quiet",
     "row_runs",
     "run_bytes",
+    "staging_pieces",
+    "store_block",
 ]
+
+
+#: Bytes of one staging slot: the largest block of register values that crosses as runs.
+STAGING_SLOT_BYTES = 64 << 10
+#: Staging slots per SM: one for each of two CTAs resident on an SM at once without waiting.
+STAGING_SLOTS_PER_SM = 2
+
+
+def staging_pieces(sm_count: int) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """The ``(shape, dtype)`` pieces of the staging area in the heap's reserved region.
+
+    The slots (``count x STAGING_SLOT_BYTES`` bytes), then one int32 claim flag per slot;
+    the host reserves them in this order and writes their addresses to the context
+    (``layout.STAGING_*``).
+
+    Example:
+        >>> staging_pieces(132)
+        [((264, 65536), torch.uint8), ((264,), torch.int32)]
+    """
+    count = STAGING_SLOTS_PER_SM * max(1, sm_count)
+    return [((count, STAGING_SLOT_BYTES), torch.uint8), ((count,), torch.int32)]
+
+
+@triton.jit
+def _claim_staging(heap_bases):
+    # A free staging slot for this CTA, held until _release_staging: (its index, its address).
+    area, flags, count, slot_bytes = layout.staging(heap_bases)
+    slot = hw.sm_id() % count
+    while tl.atomic_cas(flags + slot, 0, 1, sem="acquire", scope="gpu") != 0:
+        slot = (slot + 1) % count
+    return slot, area + slot.to(tl.int64) * slot_bytes
+
+
+@triton.jit
+def _release_staging(heap_bases, slot):
+    # Every thread is done with the slot (a CTA barrier), then it is free again.
+    _, flags, _, _ = layout.staging(heap_bases)
+    tl.debug_barrier()
+    tl.atomic_xchg(flags + slot, 0, sem="release", scope="gpu")
+
+
+@triton.jit
+def _fits_staging(ptr, heap_bases):
+    BYTES: tl.constexpr = blocks.numel(ptr.type) * blocks.element_bytes(ptr.type)
+    _, _, _, slot_bytes = layout.staging(heap_bases)
+    return slot_bytes >= BYTES
+
+
+@triton.jit
+def _is_runs(ptr, mask):
+    # Whether the block ``ptr`` is one run, or (2-D) a run per row, where ``mask`` is active.
+    nbytes, _, _ = run_bytes(ptr, ptr, mask)
+    runs = nbytes > 0
+    if blocks.rank_of(ptr.type) == 2:
+        rows_ok, _, _, _ = row_runs(ptr, ptr, mask)
+        runs = runs | rows_ok
+    return runs
 
 
 @constexpr_function
@@ -198,7 +271,7 @@ def put_block(dest, source, rank, heap_bases, mask=None, other=None, cache_modif
         moved = _move_by_runs(True, dest, source, rank, heap_bases, mask)
     if moved == 0:
         data = tl.load(source, mask=mask, other=other, cache_modifier=cache_modifier)
-        put(dest, data, rank, heap_bases, mask)
+        store_block(dest, data, rank, heap_bases, mask)
 
 
 @triton.jit
@@ -217,5 +290,60 @@ def get_block(dest, source, rank, heap_bases, mask=None, other=None, cache_modif
     if _may_be_runs(dest.type, source.type):
         moved = _move_by_runs(False, dest, source, rank, heap_bases, mask)
     if moved == 0:
-        data = get(source, rank, heap_bases, mask, other)
+        data = load_block(source, rank, heap_bases, mask, other)
         tl.store(dest, data, mask=mask, cache_modifier=cache_modifier)
+
+
+@triton.jit
+def store_block(ptr, value, rank, heap_bases, mask=None):
+    """Write ``value`` into ``rank``'s ``ptr`` (the caller's own address of it).
+
+    Where ``ptr`` is one run, or a run per row, and the block fits a staging slot, the
+    values pass through the staging area as block transfers; else one :func:`put` per
+    element. Complete at the next :func:`quiet` either way.
+
+    Example:
+        >>> crossnode.store_block(dst + offs, values, peer, heap_bases, mask=offs < n)
+    """
+    moved = tl.full([], 0, tl.int32)
+    if _may_be_runs(ptr.type, ptr.type):
+        if _fits_staging(ptr, heap_bases) & _is_runs(ptr, mask):
+            slot, address = _claim_staging(heap_bases)
+            ELEMENT: tl.constexpr = ptr.dtype.element_ty
+            staged = address.to(tl.pointer_type(ELEMENT)) + blocks.row_major_index(ptr)
+            tl.store(staged, tl.cast(value, ELEMENT), mask=mask)
+            moved = _move_by_runs(True, ptr, staged, rank, heap_bases, mask)
+            _release_staging(heap_bases, slot)
+    if moved == 0:
+        put(ptr, value, rank, heap_bases, mask)
+
+
+@triton.jit
+def load_block(ptr, rank, heap_bases, mask=None, other=None):
+    """Read ``rank``'s ``ptr`` (the caller's own address of it); masked-off lanes read ``other`` (0).
+
+    Where ``ptr`` is one run, or a run per row, and the block fits a staging slot, the
+    data comes through the staging area as block transfers; else one :func:`get` per
+    element. Complete on return either way.
+
+    Example:
+        >>> values = crossnode.load_block(src + offs, peer, heap_bases, mask=offs < n)
+    """
+    if _may_be_runs(ptr.type, ptr.type):
+        if _fits_staging(ptr, heap_bases) & _is_runs(ptr, mask):
+            slot, address = _claim_staging(heap_bases)
+            ELEMENT: tl.constexpr = ptr.dtype.element_ty
+            staged = address.to(tl.pointer_type(ELEMENT)) + blocks.row_major_index(ptr)
+            _move_by_runs(False, staged, ptr, rank, heap_bases, mask)
+            if mask is None:
+                values = tl.load(staged)
+            elif other is None:
+                values = tl.load(staged, mask=mask, other=tl.zeros([], ELEMENT))
+            else:
+                values = tl.load(staged, mask=mask, other=tl.cast(other, ELEMENT))
+            _release_staging(heap_bases, slot)
+        else:
+            values = get(ptr, rank, heap_bases, mask, other)
+    else:
+        values = get(ptr, rank, heap_bases, mask, other)
+    return values

@@ -4,14 +4,16 @@ Each rank hands its kernels one int64 tensor (``Iris.get_device_context()``) tha
 everything a device op needs to know about the job::
 
     [cur_rank, world_size, heap_base_0 .. heap_base_{n-1}, heap_size,
-     <TRACING_SLOTS tracing slots>, <FLIGHT_SLOTS flight-recorder slots>, ranks_per_node]
+     <TRACING_SLOTS tracing slots>, <FLIGHT_SLOTS flight-recorder slots>, ranks_per_node,
+     <STAGING_SLOTS cross-node staging slots>]
 
 The functional API's ``heap_bases`` (``Iris.get_heap_bases()``) is a view of the
 ``heap_base_*`` slots, so every other slot is reachable from it: the rank two slots
 before it, the world size one before, the heap size ``world_size`` after it, then the
-tracing and flight slots, and last the ranks per node (rank ``r`` is on node
-``r // ranks_per_node``). The node slot comes last so that single-node kernels, which
-never read it, address every other slot as before. The host builds and fills the
+tracing and flight slots, then the ranks per node (rank ``r`` is on node
+``r // ranks_per_node``) and the cross-node staging area (:mod:`iris.device.crossnode`;
+zero in single-node jobs). Those come last so that single-node kernels, which never
+read them, address every other slot as before. The host builds and fills the
 tensor through the functions below and kernels read it through the accessors below;
 no other module counts slots.
 
@@ -41,6 +43,10 @@ HEADER_SLOTS = 2
 TRACING_SLOTS = schema.TRACING_SLOTS
 #: Slots of wait timeouts and the flight recorder (``iris.device.flight.SLOT_*``).
 FLIGHT_SLOTS = 7
+#: Slots of the cross-node staging area: its address, its claim flags' address, how many
+#: slots it has and the bytes of each (``STAGING_*`` below; see :mod:`iris.device.crossnode`).
+STAGING_SLOTS = 4
+STAGING_AREA, STAGING_FLAGS, STAGING_COUNT, STAGING_BYTES = range(STAGING_SLOTS)
 
 # Constexpr copies for kernels: slots before heap_bases, counted back from it.
 _HEADER: tl.constexpr = tl.constexpr(HEADER_SLOTS)
@@ -49,6 +55,10 @@ _WORLD_SIZE_BACK: tl.constexpr = tl.constexpr(HEADER_SLOTS - WORLD_SIZE_SLOT)
 _TRACING_SLOTS: tl.constexpr = tl.constexpr(TRACING_SLOTS)
 _SLOT_ENABLED: tl.constexpr = tl.constexpr(schema.SLOT_ENABLED)
 _FLIGHT_SLOTS: tl.constexpr = tl.constexpr(FLIGHT_SLOTS)
+_STAGING_AREA: tl.constexpr = tl.constexpr(STAGING_AREA)
+_STAGING_FLAGS: tl.constexpr = tl.constexpr(STAGING_FLAGS)
+_STAGING_COUNT: tl.constexpr = tl.constexpr(STAGING_COUNT)
+_STAGING_BYTES: tl.constexpr = tl.constexpr(STAGING_BYTES)
 CROSS_NODE_ALWAYS: tl.constexpr = tl.constexpr(_CROSS_NODE_ALWAYS)
 
 
@@ -59,7 +69,7 @@ def context_length(world_size: int) -> int:
     Example:
         >>> context = torch.zeros(layout.context_length(4), dtype=torch.int64)
     """
-    return ranks_per_node_slot(world_size) + 1
+    return staging_slot(world_size, STAGING_SLOTS - 1) + 1
 
 
 def heap_bases_slots(world_size: int) -> slice:
@@ -96,6 +106,15 @@ def ranks_per_node_slot(world_size: int) -> int:
         >>> context[layout.ranks_per_node_slot(4)] = 2
     """
     return flight_slot(world_size, FLIGHT_SLOTS)
+
+
+def staging_slot(world_size: int, slot: int) -> int:
+    """Index in the context tensor of staging slot ``slot`` (``STAGING_*``).
+
+    Example:
+        >>> context[layout.staging_slot(4, layout.STAGING_COUNT)] = 264
+    """
+    return ranks_per_node_slot(world_size) + 1 + int(slot)
 
 
 # ---------------------------------------------------------------- device side
@@ -137,7 +156,11 @@ def different_nodes(heap_bases, rank_a, rank_b):
         >>> tl.device_assert(layout.different_nodes(heap_bases, cur_rank, peer) == 0)
     """
     per_node = tl.load(flight_slots(heap_bases) + _FLIGHT_SLOTS).to(tl.int64, bitcast=True)
-    return tl.cast(rank_a, tl.int64) // per_node != tl.cast(rank_b, tl.int64) // per_node
+    # Not foldable when both ranks are one value (iris.load(..., rank, rank, ...)): a branch
+    # the compiler proves dead keeps no layout facts for the block ops inside it, and
+    # Triton 3.6's coalescing pass then fails on them (a staged cross-node load or store).
+    other = hw.opaque(tl.cast(rank_b, tl.int32)).to(tl.int64)
+    return tl.cast(rank_a, tl.int64) // per_node != other // per_node
 
 
 @triton.jit
@@ -216,3 +239,18 @@ def flight_slots(heap_bases):
         >>> timeout = tl.load(layout.flight_slots(heap_bases) + flight.SLOT_TIMEOUT_NS)
     """
     return tracing_slots(heap_bases) + _TRACING_SLOTS
+
+
+@triton.jit
+def staging(heap_bases):
+    """``(area address, claim flags, slot count, bytes per slot)`` of the cross-node staging area.
+
+    Example:
+        >>> area, flags, count, slot_bytes = layout.staging(heap_bases)
+    """
+    slots = flight_slots(heap_bases) + _FLIGHT_SLOTS + 1
+    area = tl.load(slots + _STAGING_AREA).to(tl.int64, bitcast=True)
+    flags = tl.load(slots + _STAGING_FLAGS).to(tl.int64, bitcast=True).to(tl.pointer_type(tl.int32))
+    count = tl.load(slots + _STAGING_COUNT).to(tl.int64, bitcast=True).to(tl.int32)
+    slot_bytes = tl.load(slots + _STAGING_BYTES).to(tl.int64, bitcast=True)
+    return area, flags, count, slot_bytes

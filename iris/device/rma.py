@@ -138,7 +138,7 @@ def load(
     path = tracing.PATH_MAPPED
     if crossnode.SCALE_OUT and layout.off_node(heap_bases, to_rank, from_rank):
         path = tracing.PATH_CROSS_NODE
-        result = crossnode.get(pointer, from_rank, heap_bases, mask, other)
+        result = crossnode.load_block(pointer, from_rank, heap_bases, mask, other)
     else:
         remote = translate(pointer, to_rank, from_rank, heap_bases, mask, "iris.load", hint)
         result = tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
@@ -170,7 +170,7 @@ def store(
     path = tracing.PATH_MAPPED
     if crossnode.SCALE_OUT and layout.off_node(heap_bases, from_rank, to_rank):
         path = tracing.PATH_CROSS_NODE
-        crossnode.put(pointer, value, to_rank, heap_bases, mask)
+        crossnode.store_block(pointer, value, to_rank, heap_bases, mask)
     else:
         remote = translate(pointer, from_rank, to_rank, heap_bases, mask, "iris.store", hint)
         tl.store(remote, value, mask=mask, cache_modifier=cache_modifier)
@@ -269,12 +269,12 @@ def _copy_by_element(
 ):  # fmt: skip
     # ``far_*``: whether that end is on another node (only ever true in jobs that span nodes).
     if far_source:
-        data = crossnode.get(src_ptr, from_rank, heap_bases, mask, other)
+        data = crossnode.load_block(src_ptr, from_rank, heap_bases, mask, other)
     else:
         source = translate(src_ptr, cur_rank, from_rank, heap_bases, mask, "iris.copy", hint)
         data = tl.load(source, mask=mask, other=other, cache_modifier=load_cache_modifier)
     if far_target:
-        crossnode.put(dst_ptr, data, to_rank, heap_bases, mask)
+        crossnode.store_block(dst_ptr, data, to_rank, heap_bases, mask)
     else:
         target = translate(dst_ptr, cur_rank, to_rank, heap_bases, mask, "iris.copy", hint)
         tl.store(target, data, mask=mask, cache_modifier=store_cache_modifier)

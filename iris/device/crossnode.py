@@ -13,8 +13,8 @@ when ``iris`` is imported (``IRIS_RANKS_PER_NODE`` or the launcher's
 ``LOCAL_WORLD_SIZE`` below the world size), and without it the cross-node branch is
 not compiled at all, so single-node kernels are the same instructions as before.
 
-Every function here works element by element over a block, honours ``mask``, and
-takes the caller's (symmetric) pointer and the target rank:
+Every function here honours ``mask`` and takes the caller's (symmetric) pointer and the
+target rank. Per backend, element by element over a block:
 
 * ``put(ptr, value, rank, heap_bases, mask)``: write, complete at the next :func:`quiet`;
 * ``get(ptr, rank, heap_bases, mask, other)``: read, complete on return;
@@ -24,6 +24,10 @@ takes the caller's (symmetric) pointer and the target rank:
 * ``quiet()``: complete every put this rank issued; the release ops of ``rma`` call it
   first, so data written before a ``signal`` is visible after the matching wait, as
   within a node.
+
+``put_run``/``get_run`` move one run of bytes, and the ops of :mod:`iris.device.rma` call
+the block forms here, :func:`store_block`, :func:`load_block`, :func:`put_block` and
+:func:`get_block`, which pick between the two.
 
 Blocks move as runs wherever the remote side allows. Memory-to-memory ops
 (``iris.put``, ``iris.get``, and ``iris.copy`` where one side is the caller) go through
@@ -54,7 +58,7 @@ linked into every kernel by ``iris.backends.cuda_nvshmem``.
 Example:
     >>> # A constant False in single-node jobs (``and`` short-circuits), so no branch is compiled.
     >>> if crossnode.SCALE_OUT and layout.off_node(heap_bases, cur_rank, peer):
-    >>>     crossnode.put(buf + offs, values, peer, heap_bases, mask)
+    >>>     crossnode.store_block(buf + offs, values, peer, heap_bases, mask)
 """
 
 import torch
@@ -260,8 +264,9 @@ def put_block(dest, source, rank, heap_bases, mask=None, other=None, cache_modif
     """Copy this rank's ``source`` into ``rank``'s ``dest`` (the caller's own address of it).
 
     One transfer when both are one run (:func:`run_bytes`), one per row when each row of
-    a 2-D block is (:func:`row_runs`), else a load and :func:`put` per element; complete
-    at the next :func:`quiet` either way. ``cache_modifier`` is the element-wise load's.
+    a 2-D block is (:func:`row_runs`); else the source is loaded and written as
+    :func:`store_block` writes values. Complete at the next :func:`quiet` either way.
+    ``cache_modifier`` is that load's.
 
     Example:
         >>> crossnode.put_block(dst + offs, src + offs, peer, heap_bases, mask=offs < n)
@@ -279,9 +284,9 @@ def get_block(dest, source, rank, heap_bases, mask=None, other=None, cache_modif
     """Copy ``rank``'s ``source`` (the caller's own address of it) into this rank's ``dest``.
 
     One transfer when both are one run (:func:`run_bytes`), one per row when each row of
-    a 2-D block is (:func:`row_runs`), else :func:`get` and a store per element; complete
-    on return either way. Masked-off elements of ``dest`` are not written.
-    ``cache_modifier`` is the element-wise store's.
+    a 2-D block is (:func:`row_runs`); else the source is read as :func:`load_block`
+    reads it, then stored. Complete on return either way. Masked-off elements of
+    ``dest`` are not written. ``cache_modifier`` is that store's.
 
     Example:
         >>> crossnode.get_block(dst + offs, src + offs, peer, heap_bases, mask=offs < n)

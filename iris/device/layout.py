@@ -171,7 +171,7 @@ def off_node(heap_bases, rank_a, rank_b):
 
     Example:
         >>> if layout.off_node(heap_bases, cur_rank, peer):
-        >>>     crossnode.put(ptr, values, peer, heap_bases, mask)
+        >>>     crossnode.store_block(ptr, values, peer, heap_bases, mask)
     """
     far = different_nodes(heap_bases, rank_a, rank_b)
     if CROSS_NODE_ALWAYS:

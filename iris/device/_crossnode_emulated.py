@@ -17,18 +17,22 @@ import triton.language as tl
 
 from ..backends.emulated import RemoteWrites
 from . import atomic_ops, layout
+from ._intrinsics_emulated import _scalar
+from ._intrinsics_emulated import _values as _array
+
+
+@triton.jit
+def _distance(rank, heap_bases):
+    # Bytes from this rank's heap to ``rank``'s as mapped here: only the emulation maps
+    # another node's heap.
+    return layout.heap_base(heap_bases, rank) - layout.heap_base(heap_bases, layout.cur_rank(heap_bases))
 
 
 @triton.jit
 def _mapped(ptr, rank, heap_bases):
-    # The target's copy as mapped here: only the emulation has one for another node.
+    # The target's copy of the object at ``ptr``.
     ELEMENT_BYTES: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
-    distance = layout.heap_base(heap_bases, rank) - layout.heap_base(heap_bases, layout.cur_rank(heap_bases))
-    return ptr + distance // ELEMENT_BYTES
-
-
-def _array(x):
-    return np.asarray(x.handle.data) if hasattr(x, "handle") else np.asarray(x)
+    return ptr + _distance(rank, heap_bases) // ELEMENT_BYTES
 
 
 def _defer(remote, value, mask):
@@ -46,10 +50,6 @@ def put(ptr, value, rank, heap_bases, mask=None):
     _defer(remote, tl.cast(value, ptr.dtype.element_ty) + tl.zeros(remote.shape, ptr.dtype.element_ty), mask)
 
 
-def _scalar(x) -> int:
-    return int(_array(x).reshape(-1)[0])
-
-
 def _defer_run(remote, source, nbytes):
     # The source is read now, as NVSHMEM's blocking put has read it when it returns.
     RemoteWrites.defer([_scalar(remote)], [ctypes.string_at(_scalar(source), _scalar(nbytes))])
@@ -60,19 +60,13 @@ def _copy_run(dest, remote, nbytes):
 
 
 @triton.jit
-def _mapped_address(address, rank, heap_bases):
-    here = layout.heap_base(heap_bases, layout.cur_rank(heap_bases))
-    return address + (layout.heap_base(heap_bases, rank) - here)
-
-
-@triton.jit
 def put_run(dest, source, nbytes, rank, heap_bases):
-    _defer_run(_mapped_address(dest, rank, heap_bases), source, nbytes)
+    _defer_run(dest + _distance(rank, heap_bases), source, nbytes)
 
 
 @triton.jit
 def get_run(dest, source, nbytes, rank, heap_bases):
-    _copy_run(dest, _mapped_address(source, rank, heap_bases), nbytes)
+    _copy_run(dest, source + _distance(rank, heap_bases), nbytes)
 
 
 @triton.jit

@@ -9,7 +9,8 @@
 #   fused      benchmarks/fused_ops.py at NRANKS, every op, or FUSED_ARGS
 #              (e.g. --ops and --sweep) into fused_ops_${tag}${FUSED_NAME};
 #   profile    scripts/profile_op.py PROFILE_ARGS at NRANKS: each call's kernels and copies per stream;
-#   crossnode  the collectives, fused ops and tile collectives across "nodes" (IRIS_TEST_RANKS_PER_NODE=1);
+#   crossnode  the collectives, fused ops and tile collectives across "nodes" at XN_SIZES (2) ranks,
+#              XN_PER_NODE (1) per node;
 #   suite      the test suite at SUITE_SIZES (default 1,2) ranks, one rank per GPU;
 #   check      CHECK_TESTS (with -k CHECK_FILTER if set) at CHECK_SIZES ranks (default NRANKS), one rank per GPU;
 #   quickstart the README's quick start (example 13) at 2 ranks, one per GPU; picture and report kept;
@@ -71,10 +72,12 @@ fi
 if [[ " $parts " == *" crossnode "* ]]; then
   # Every cross-node kernel links NVSHMEM's bitcode as it compiles (seconds each): many
   # workers, and a log that names each result as it comes, so a cut-off run still says
-  # what passed.
-  IRIS_TEST_RANKS_PER_NODE=1 IRIS_TEST_WORLD_SIZES=2 IRIS_WAIT_TIMEOUT=60 timeout -s INT "${CROSSNODE_TIMEOUT:-480}" \
-    python -m pytest -v -n "${CROSSNODE_WORKERS:-8}" -p no:cacheprovider --timeout 300 -rfEs tests/test_ccl.py \
-    tests/test_ops.py tests/test_tile_collectives.py > "$out/crossnode.log" 2>&1
+  # what passed. At 4 ranks keep to about 8 workers: 16 (64 rank processes) got ranks
+  # killed by the host on nvidia-h200-x4.
+  IRIS_TEST_RANKS_PER_NODE=${XN_PER_NODE:-1} IRIS_TEST_WORLD_SIZES=${XN_SIZES:-2} IRIS_WAIT_TIMEOUT=60 \
+    timeout -s INT "${CROSSNODE_TIMEOUT:-480}" python -m pytest -v -n "${CROSSNODE_WORKERS:-8}" -p no:cacheprovider \
+    --timeout 300 -rfEs ${CROSSNODE_TESTS:-tests/test_ccl.py tests/test_ops.py tests/test_tile_collectives.py} \
+    > "$out/crossnode.log" 2>&1
   grep -c PASSED "$out/crossnode.log" | sed 's/^/crossnode passed: /'
   grep -E "(FAILED|ERROR) tests" "$out/crossnode.log" | sort -u | tail -20
 fi

@@ -5,6 +5,11 @@ seconds, so each pool is started once per test session and reused: a test sends
 ``(module, function, args)`` to every rank and gets back each rank's result or
 traceback. A test that overruns its timeout kills the pool, which is restarted
 for the next test, so one hang never takes the whole suite down.
+
+Each rank's stderr goes to a file of its own (pytest shows nothing a pool's processes
+print, as they outlive every test's capture), and a rank that dies is reported with its
+exit code and the end of that file: a crash's faulthandler dump, a device trap's
+message, a hang report.
 """
 
 from __future__ import annotations
@@ -12,18 +17,24 @@ from __future__ import annotations
 import importlib
 import multiprocessing as mp
 import os
+import shutil
+import tempfile
 import traceback
 
 DEFAULT_TIMEOUT = float(os.environ.get("IRIS_TEST_TIMEOUT", "180"))
+#: Lines of a dead rank's stderr quoted in the error.
+STDERR_TAIL_LINES = 40
 
 
 class RankError(AssertionError):
     """One or more ranks raised; the message holds every failing rank's traceback."""
 
 
-def _worker(rank: int, world_size: int, env: dict, conn) -> None:
+def _worker(rank: int, world_size: int, env: dict, conn, stderr_path: str) -> None:
     # Nothing of iris may be imported before this: it reads IRIS_* at import time.
     os.environ.update(env)
+    with open(stderr_path, "a") as stderr:
+        os.dup2(stderr.fileno(), 2)
     import faulthandler
 
     import torch
@@ -60,6 +71,7 @@ class RankPool:
         port = self._store.port
         self._conns = []
         self._procs = []
+        self._stderr_dir = tempfile.mkdtemp(prefix="iris-test-ranks-")
         for rank in range(world_size):
             parent, child = context.Pipe()
             proc = context.Process(
@@ -69,6 +81,7 @@ class RankPool:
                     world_size,
                     {**rank_environment(rank, world_size, port), **self.extra_env},
                     child,
+                    self._stderr_path(rank),
                 ),
                 daemon=True,
             )
@@ -89,8 +102,8 @@ class RankPool:
                 code = self._procs[rank].exitcode
                 self.close(kill=True)
                 raise RankError(
-                    f"rank {rank} is dead (exit code {code}; its traceback is in the captured stderr); "
-                    f"{function.__name__} was not run"
+                    f"rank {rank} is dead (exit code {code}); {function.__name__} was not run\n"
+                    f"{self._stderr_tail(rank)}"
                 ) from None
         results, errors = [], []
         for rank, conn in enumerate(self._conns):
@@ -100,8 +113,13 @@ class RankPool:
                     raise TimeoutError(f"rank {rank} did not finish {function.__name__} within {timeout:g} s")
                 status, value = conn.recv()
             except (EOFError, OSError):
+                self._procs[rank].join(timeout=5)
+                code = self._procs[rank].exitcode
                 self.close(kill=True)
-                raise RankError(f"rank {rank} died while running {function.__name__}") from None
+                raise RankError(
+                    f"rank {rank} died while running {function.__name__} (exit code {code})\n"
+                    f"{self._stderr_tail(rank)}"
+                ) from None
             if status == "ok":
                 results.append(value)
             else:
@@ -109,6 +127,20 @@ class RankPool:
         if errors:
             raise RankError("\n".join(errors))
         return results
+
+    def _stderr_path(self, rank: int) -> str:
+        return os.path.join(self._stderr_dir, f"rank{rank}.stderr")
+
+    def _stderr_tail(self, rank: int) -> str:
+        # The last lines rank ``rank`` wrote to stderr, for the error that reports its death.
+        try:
+            with open(self._stderr_path(rank), errors="replace") as stderr:
+                lines = stderr.read().splitlines()[-STDERR_TAIL_LINES:]
+        except OSError:
+            return f"(its stderr, {self._stderr_path(rank)}, cannot be read)"
+        if not lines:
+            return "(it wrote nothing to stderr)"
+        return f"the end of its stderr ({self._stderr_path(rank)}):\n" + "\n".join(lines)
 
     def close(self, kill: bool = False) -> None:
         """Stop the ranks (politely unless ``kill``)."""
@@ -125,3 +157,5 @@ class RankPool:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+        if not kill:  # a killed pool keeps its ranks' stderr for the error that reported it
+            shutil.rmtree(self._stderr_dir, ignore_errors=True)

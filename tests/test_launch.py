@@ -164,6 +164,37 @@ def test_a_test_pool_with_a_dead_rank_fails_one_test_and_is_replaced():
     assert replaced == [(rank, SMALL_WORLD) for rank in range(SMALL_WORLD)]
 
 
+def _write_and_exit(rank, world_size):
+    # Rank 1 leaves a last word on stderr and exits without a result.
+    if rank == 1:
+        sys.stderr.write("rank 1 gives up here\n")
+        sys.stderr.flush()
+        os._exit(7)
+    return rank
+
+
+@pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
+def test_a_rank_that_dies_is_reported_with_its_exit_code_and_stderr():
+    from conftest import get_pool
+    from harness import RankError
+
+    pool = get_pool(SMALL_WORLD, IRIS_TEST_POOL="last-words")  # a pool of its own
+    with pytest.raises(RankError, match=r"(?s)rank 1 died .*exit code 7.*rank 1 gives up here"):
+        pool.run(_write_and_exit, timeout=60)
+
+
+@pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
+def test_one_test_body_runs_as_a_plain_launch():
+    result = subprocess.run(
+        [sys.executable, "-m", "iris.run", "-n", str(SMALL_WORLD), "-t", "120",
+         os.path.join(ROOT, "scripts", "run_test_body.py"), "test_launch:_rank_and_size"],
+        capture_output=True, text=True, timeout=180, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    for rank in range(SMALL_WORLD):
+        assert f"[rank {rank}] _rank_and_size(): ({rank}, {SMALL_WORLD})" in result.stdout
+
+
 FIRST_KERNEL = """
 import torch, triton, triton.language as tl
 import iris

@@ -144,14 +144,19 @@ def _fits_staging(ptr, heap_bases):
 
 
 @triton.jit
-def _is_runs(ptr, mask):
-    # Whether the block ``ptr`` is one run, or (2-D) a run per row, where ``mask`` is active.
-    nbytes, _, _ = run_bytes(ptr, ptr, mask)
-    runs = nbytes > 0
+def _runs_of(ptr, mask):
+    # Whether the block ``ptr`` is one run, or (2-D) a run per row, where ``mask`` is
+    # active: (is runs, bytes of the one run or 0, its first address, then per row
+    # (2-D only; else one unused entry) its bytes and first address).
+    nbytes, first, _ = run_bytes(ptr, ptr, mask)
     if blocks.rank_of(ptr.type) == 2:
-        rows_ok, _, _, _ = row_runs(ptr, ptr, mask)
-        runs = runs | rows_ok
-    return runs
+        rows_ok, row_bytes, row_first, _ = row_runs(ptr, ptr, mask)
+        runs = (nbytes > 0) | rows_ok
+    else:
+        row_bytes = tl.zeros([1], tl.int64)
+        row_first = tl.zeros([1], tl.int64)
+        runs = nbytes > 0
+    return runs, nbytes, first, row_bytes, row_first
 
 
 @constexpr_function
@@ -235,6 +240,20 @@ def _move_run(PUT: tl.constexpr, dest, source, nbytes, rank, heap_bases):
 
 
 @triton.jit
+def _move_rows(PUT: tl.constexpr, row_bytes, row_dest, row_source, rank, heap_bases):
+    # One run per row of a 2-D block (rows of 0 bytes skipped); per-row vectors as row_runs gives.
+    ROWS: tl.constexpr = row_bytes.shape[0]
+    row = tl.arange(0, ROWS)
+    for r in range(ROWS):
+        picked = row == r
+        length = tl.sum(tl.where(picked, row_bytes, 0))
+        if length > 0:
+            at = tl.sum(tl.where(picked, row_dest, 0))
+            start = tl.sum(tl.where(picked, row_source, 0))
+            _move_run(PUT, at, start, length, rank, heap_bases)
+
+
+@triton.jit
 def _move_by_runs(PUT: tl.constexpr, dest, source, rank, heap_bases, mask):
     # Moves the block as one run, or a 2-D block as one run per row; returns 1 if it did.
     moved = tl.full([], 0, tl.int32)
@@ -246,17 +265,28 @@ def _move_by_runs(PUT: tl.constexpr, dest, source, rank, heap_bases, mask):
         if blocks.rank_of(dest.type) == 2:
             rows_ok, row_bytes, row_dest, row_source = row_runs(dest, source, mask)
             if rows_ok:
-                ROWS: tl.constexpr = dest.shape[0]
-                row = tl.arange(0, ROWS)
-                for r in range(ROWS):
-                    picked = row == r
-                    length = tl.sum(tl.where(picked, row_bytes, 0))
-                    if length > 0:
-                        at = tl.sum(tl.where(picked, row_dest, 0))
-                        start = tl.sum(tl.where(picked, row_source, 0))
-                        _move_run(PUT, at, start, length, rank, heap_bases)
+                _move_rows(PUT, row_bytes, row_dest, row_source, rank, heap_bases)
                 moved = moved + 1
     return moved
+
+
+@triton.jit
+def _move_staged(PUT: tl.constexpr, ptr, slot, nbytes, first, row_bytes, row_first, rank, heap_bases):
+    # Between a staging slot (``ptr``'s elements in row-major order from address ``slot``)
+    # and ``rank``'s ``ptr``, as the runs _runs_of found: a put from the slot or a get into it.
+    if nbytes > 0:
+        if PUT:
+            put_run(first, slot, nbytes, rank, heap_bases)
+        else:
+            get_run(slot, first, nbytes, rank, heap_bases)
+    else:
+        if blocks.rank_of(ptr.type) == 2:
+            ROW_BYTES: tl.constexpr = ptr.shape[1] * blocks.element_bytes(ptr.type)
+            row_slot = slot + tl.arange(0, ptr.shape[0]).to(tl.int64) * ROW_BYTES
+            if PUT:
+                _move_rows(True, row_bytes, row_first, row_slot, rank, heap_bases)
+            else:
+                _move_rows(False, row_bytes, row_slot, row_first, rank, heap_bases)
 
 
 @triton.jit
@@ -310,16 +340,19 @@ def store_block(ptr, value, rank, heap_bases, mask=None):
     Example:
         >>> crossnode.store_block(dst + offs, values, peer, heap_bases, mask=offs < n)
     """
-    moved = tl.full([], 0, tl.int32)
+    staged = tl.full([], 0, tl.int32)
     if _may_be_runs(ptr.type, ptr.type):
-        if _fits_staging(ptr, heap_bases) & _is_runs(ptr, mask):
-            slot, address = _claim_staging(heap_bases)
-            ELEMENT: tl.constexpr = ptr.dtype.element_ty
-            staged = address.to(tl.pointer_type(ELEMENT)) + blocks.row_major_index(ptr)
-            tl.store(staged, tl.cast(value, ELEMENT), mask=mask)
-            moved = _move_by_runs(True, ptr, staged, rank, heap_bases, mask)
-            _release_staging(heap_bases, slot)
-    if moved == 0:
+        if _fits_staging(ptr, heap_bases):
+            runs, nbytes, first, row_bytes, row_first = _runs_of(ptr, mask)
+            if runs:
+                slot, address = _claim_staging(heap_bases)
+                ELEMENT: tl.constexpr = ptr.dtype.element_ty
+                in_slot = address.to(tl.pointer_type(ELEMENT)) + blocks.row_major_index(ptr)
+                tl.store(in_slot, tl.cast(value, ELEMENT), mask=mask)
+                _move_staged(True, ptr, address, nbytes, first, row_bytes, row_first, rank, heap_bases)
+                _release_staging(heap_bases, slot)
+                staged = staged + 1
+    if staged == 0:
         put(ptr, value, rank, heap_bases, mask)
 
 
@@ -334,21 +367,24 @@ def load_block(ptr, rank, heap_bases, mask=None, other=None):
     Example:
         >>> values = crossnode.load_block(src + offs, peer, heap_bases, mask=offs < n)
     """
+    ELEMENT: tl.constexpr = ptr.dtype.element_ty
+    staged = tl.full([], 0, tl.int32)
+    values = tl.zeros(ptr.shape, ELEMENT)
     if _may_be_runs(ptr.type, ptr.type):
-        if _fits_staging(ptr, heap_bases) & _is_runs(ptr, mask):
-            slot, address = _claim_staging(heap_bases)
-            ELEMENT: tl.constexpr = ptr.dtype.element_ty
-            staged = address.to(tl.pointer_type(ELEMENT)) + blocks.row_major_index(ptr)
-            _move_by_runs(False, staged, ptr, rank, heap_bases, mask)
-            if mask is None:
-                values = tl.load(staged)
-            elif other is None:
-                values = tl.load(staged, mask=mask, other=tl.zeros([], ELEMENT))
-            else:
-                values = tl.load(staged, mask=mask, other=tl.cast(other, ELEMENT))
-            _release_staging(heap_bases, slot)
-        else:
-            values = get(ptr, rank, heap_bases, mask, other)
-    else:
+        if _fits_staging(ptr, heap_bases):
+            runs, nbytes, first, row_bytes, row_first = _runs_of(ptr, mask)
+            if runs:
+                slot, address = _claim_staging(heap_bases)
+                in_slot = address.to(tl.pointer_type(ELEMENT)) + blocks.row_major_index(ptr)
+                _move_staged(False, ptr, address, nbytes, first, row_bytes, row_first, rank, heap_bases)
+                if mask is None:
+                    values = tl.load(in_slot)
+                elif other is None:
+                    values = tl.load(in_slot, mask=mask, other=tl.zeros([], ELEMENT))
+                else:
+                    values = tl.load(in_slot, mask=mask, other=tl.cast(other, ELEMENT))
+                _release_staging(heap_bases, slot)
+                staged = staged + 1
+    if staged == 0:
         values = get(ptr, rank, heap_bases, mask, other)
     return values

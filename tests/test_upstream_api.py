@@ -275,3 +275,37 @@ def test_interpreter_computes_bf16_as_a_gpu_does(tmp_path):
         print("ok")
     """
     assert "ok" in _run_script(tmp_path, source)
+
+
+def test_interpreter_patches_the_language_once_per_launch_not_per_helper_call(tmp_path):
+    """Helpers called inside a launch reuse the launch's patches; the results stay right."""
+    source = """
+        import iris, torch, triton, triton.language as tl
+        from triton.runtime import interpreter
+
+        @triton.jit
+        def add_one(x):
+            return x + 1
+
+        @triton.jit
+        def kernel(out, CALLS: tl.constexpr):
+            value = tl.zeros([4], tl.int32)
+            for _ in tl.static_range(CALLS):
+                value = add_one(value)
+            tl.store(out + tl.arange(0, 4), value)
+
+        patches = []
+        original = interpreter._patch_builtin
+        interpreter._patch_builtin = lambda *args: (patches.append(1), original(*args))[1]
+        counts = {}
+        for calls in (1, 20):
+            out = torch.zeros(4, dtype=torch.int32)
+            patches.clear()
+            kernel[(2,)](out, calls)
+            assert torch.equal(out, torch.full((4,), calls, dtype=torch.int32))
+            counts[calls] = len(patches)
+        assert counts[1] == counts[20] > 0, counts
+        assert tl.load is tl.core.load  # every patch undone after the launch
+        print("ok")
+    """
+    assert "ok" in _run_script(tmp_path, source)

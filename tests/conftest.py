@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from harness import RankPool  # noqa: E402
+from harness import RankPool, remove_stderr_folders  # noqa: E402
 
 WORLD_SIZES = [int(n) for n in os.environ.get("IRIS_TEST_WORLD_SIZES", "1,2,4").split(",") if n]
 MULTI_RANK_SIZES = [n for n in WORLD_SIZES if n > 1]
@@ -52,6 +52,8 @@ def small_world_pool(**extra_env: str) -> RankPool:
 def pytest_sessionfinish(session, exitstatus):
     for pool in _pools.values():
         pool.close()
+    if exitstatus == 0:  # a failure may quote a dead rank's stderr file: keep them then
+        remove_stderr_folders()
 
 
 @pytest.fixture(params=WORLD_SIZES, ids=lambda n: f"{n}ranks")

@@ -24,6 +24,14 @@ import traceback
 DEFAULT_TIMEOUT = float(os.environ.get("IRIS_TEST_TIMEOUT", "180"))
 #: Lines of a dead rank's stderr quoted in the error.
 STDERR_TAIL_LINES = 40
+#: The stderr folders of every pool this process started (:func:`remove_stderr_folders`).
+_STDERR_FOLDERS: list[str] = []
+
+
+def remove_stderr_folders() -> None:
+    """Remove the ranks' stderr files of every pool, killed ones included (after a passing session)."""
+    while _STDERR_FOLDERS:
+        shutil.rmtree(_STDERR_FOLDERS.pop(), ignore_errors=True)
 
 
 class RankError(AssertionError):
@@ -72,6 +80,7 @@ class RankPool:
         self._conns = []
         self._procs = []
         self._stderr_dir = tempfile.mkdtemp(prefix="iris-test-ranks-")
+        _STDERR_FOLDERS.append(self._stderr_dir)
         for rank in range(world_size):
             parent, child = context.Pipe()
             proc = context.Process(

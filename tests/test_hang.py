@@ -98,7 +98,7 @@ def test_a_wait_nobody_signals_ends_within_the_timeout_naming_the_culprit():
     assert report.ranks[0].timeout is not None and report.ranks[0].timeout.seen == 0
 
 
-def _exit_early_body(rank, world_size, out_path):
+def _exit_early_body(rank, world_size, out_pattern):
     ctx = iris.iris(1 << 20)
     ctx.barrier()
     ctx.device_barrier()
@@ -116,18 +116,20 @@ def _exit_early_body(rank, world_size, out_path):
     except iris.HostTimeoutError as error:
         lines.append(str(error))
     lines.append(f"host barrier failed after {time.monotonic() - started:.1f} s")
-    with open(out_path, "w") as handle:
+    with open(out_pattern.format(rank=rank), "w") as handle:
         handle.write("\n=====\n".join(lines))
     return None
 
 
 def test_a_rank_that_exits_early_is_named_by_the_others(tmp_path):
     pool, _ = _hang_pool("exit-early")
-    out_path = str(tmp_path / "rank0.txt")
+    out_pattern = str(tmp_path / "rank{rank}.txt")
     with pytest.raises(RankError, match="rank 1 died"):
-        pool.run(_exit_early_body, out_path, timeout=120)
+        pool.run(_exit_early_body, out_pattern, timeout=120)
     pool.close(kill=True)
-    device_error, host_error, took = open(out_path).read().split("\n=====\n")
+    # Rank 0 answered before the pool saw rank 1 die, so its file is complete; each rank
+    # writes its own (the others may be killed mid-write once rank 1's death is seen).
+    device_error, host_error, took = open(out_pattern.format(rank=0)).read().split("\n=====\n")
     assert "iris.device_barrier" in device_error and "arrivals of rank 1" in device_error, device_error
     assert "rank 1" in device_error and ("is gone" in device_error or "no flight file" in device_error)
     # Rank 1 is named; at more than two ranks the others may still be in their own

@@ -68,6 +68,7 @@ from .attribution import (
     wait_groups,
 )
 from .events import EVENT_DTYPE
+from .intervals import Coverage
 from .matching import COMM, COMPUTE, WAIT, categories, match_releasers, sm_index
 from .schema import DMA_CU_BASE, event_name
 
@@ -114,80 +115,10 @@ LEGEND = {
 TABLE_SM_ROWS = 20
 
 
-def _order_by_key_then_time(keys: np.ndarray, times: np.ndarray, n_keys: int) -> np.ndarray:
-    """Stable sort order by (key, time), for keys in ``[0, n_keys)``.
-
-    Shifting each key's times into its own range lets one argsort do what lexsort does in
-    about a fifth of the time; lexsort remains for spans that would overflow int64.
-    """
-    if len(times) == 0:
-        return np.zeros(0, dtype=np.int64)
-    first = int(times.min())
-    span = int(times.max()) - first + 1
-    if n_keys * span >= 2**62:
-        return np.lexsort((times, keys))
-    return np.argsort(keys * span + (times - first), kind="stable")
-
-
-class _Coverage:
-    """Every key's timeline cut at each interval boundary, with the interval sets covering each piece.
-
-    One sort answers every union, intersection and difference of the sets per key, which is
-    what keeps concurrent CTAs on one SM from being counted twice.
-
-    Args:
-        keys: int array, each interval's key in ``[0, n_keys)``.
-        starts, ends: int64 interval bounds (``ends >= starts``).
-        member: bool ``(n, n_sets)``, which sets each interval belongs to (possibly several).
-        n_keys: number of keys.
-
-    After construction ``key``, ``start``, ``end`` and ``length`` describe the pieces of positive
-    length, and ``covered[i, s]`` says whether set ``s`` covers piece ``i``.
-    """
-
-    def __init__(self, keys, starts, ends, member: np.ndarray, n_keys: int):
-        self.n_keys = n_keys
-        member = np.asarray(member, dtype=bool)
-        times = np.concatenate([starts, ends]).astype(np.int64)
-        boundary_keys = np.concatenate([keys, keys]).astype(np.int64)
-        steps = np.concatenate([member, member]).astype(np.int32)
-        steps[len(starts) :] *= -1
-        order = _order_by_key_then_time(boundary_keys, times, n_keys)
-        times, boundary_keys = times[order], boundary_keys[order]
-        # Depth after each boundary; each key's steps sum to zero, so it is 0 between keys.
-        depth = np.cumsum(steps[order], axis=0)
-        keep = (boundary_keys[1:] == boundary_keys[:-1]) & (times[1:] > times[:-1])
-        self.key = boundary_keys[:-1][keep]
-        self.start = times[:-1][keep]
-        self.end = times[1:][keep]
-        self.length = self.end - self.start
-        self.covered = depth[:-1][keep] > 0
-
-    def _any(self, sets) -> np.ndarray:
-        return self.covered[:, list(sets)].any(axis=1)
-
-    def _length_per_key(self, pieces: np.ndarray) -> np.ndarray:
-        total = np.zeros(self.n_keys, dtype=np.int64)
-        np.add.at(total, self.key[pieces], self.length[pieces])
-        return total
-
-    def union(self, sets) -> np.ndarray:
-        """``|U sets|`` per key (int64 ns)."""
-        return self._length_per_key(self._any(sets))
-
-    def intersection(self, sets_a, sets_b) -> np.ndarray:
-        """``|(U sets_a) ∩ (U sets_b)|`` per key."""
-        return self._length_per_key(self._any(sets_a) & self._any(sets_b))
-
-    def difference(self, sets_a, sets_b) -> np.ndarray:
-        """``|(U sets_a) minus (U sets_b)|`` per key."""
-        return self._length_per_key(self._any(sets_a) & ~self._any(sets_b))
-
-
 def _stats(keys, n_keys, starts, ends, category, payload, window_ns) -> dict[str, np.ndarray]:
     """Every per-key quantity of the module docstring, as int64 arrays of length ``n_keys``."""
     member = category[:, None] == np.array([COMPUTE, COMM, WAIT])
-    cover = _Coverage(keys, starts, ends, member, n_keys)
+    cover = Coverage(keys, starts, ends, member, n_keys)
     busy = cover.union((COMPUTE, COMM, WAIT))
     counts = [np.bincount(keys[category == c], minlength=n_keys).astype(np.int64) for c in range(3)]
     is_comm = category == COMM

@@ -14,10 +14,13 @@ the release started (a GEMM tile, say, or the releaser's own wait). The wait
   (``[start, step end)``): the producer was still computing;
 * ``releaser_waiting_ns``: the last step is a wait that had not ended yet: the
   releaser was itself stalled (follow it with :func:`critical_path`);
-* ``not_released_ns``: no last step was found (the releaser's SM ran nothing earlier
-  that is traced): the time before the release started (``[start, release start)``);
-* ``in_flight_ns``: from the end of the last step (or the release's start) until the
-  release landed (``release end``): pushing the data, then the signal itself;
+* ``not_released_ns``: between the end of the last step (or the wait's start, when
+  there is none) and the release's start, the time in which the releaser's SM ran no
+  traced communication: untraced work, host code between two launches, or a kernel
+  that had not started yet;
+* ``in_flight_ns``: in that same stretch, the time the releaser's SM spent in traced
+  communication (pushing the data the flag announces), then the release itself until it
+  landed (``release end``);
 * ``late_look_ns``: the release had landed but the waiter had not seen it yet
   (``[release end, end)``: the poll interval, or the waiter not running at all, as when
   ranks share a GPU and take turns);
@@ -58,7 +61,8 @@ from __future__ import annotations
 import numpy as np
 
 from .events import EVENT_DTYPE
-from .matching import COMM, COMPUTE, _latest_at_or_before, categories, match_releasers, sm_keys
+from .intervals import Coverage
+from .matching import COMM, COMPUTE, _latest_at_or_before, categories, match_releasers, sm_index, sm_keys
 from .schema import DATA_EVENTS, RELEASE_EVENTS, SCOPE_BASE, WAIT_EVENTS, event_name
 
 #: The parts a wait splits into (module docstring), in the order they are reported.
@@ -76,7 +80,7 @@ PART_WORDS = {
     "releaser_waiting_ns": "the releaser was itself waiting",
     "in_flight_ns": "the data and flag were in flight",
     "late_look_ns": "the flag had landed but the waiter had not looked yet",
-    "not_released_ns": "the releaser had not started releasing",
+    "not_released_ns": "the releaser ran untraced work or host code before releasing",
     "unattributed_ns": "no traced op released it",
 }
 _NO_TIME = np.iinfo(np.int64).min
@@ -127,16 +131,17 @@ def attribute_waits(events: np.ndarray, releaser: np.ndarray | None = None) -> d
     step = np.maximum(producer, 0)
     step_computes = has_step & (kind[step] == COMPUTE)
 
-    # Boundaries inside [w_start, w_end], in order: step | not released | in flight | late look.
+    # Boundaries inside [w_start, w_end], in order: step | up to the release | release | late look.
     stepped = np.clip(np.where(has_step, ends[step], w_start), w_start, w_end)
-    started = np.where(has_step, stepped, np.clip(r_start, w_start, w_end))
-    landed = np.clip(r_end, started, w_end)
+    releasing = np.clip(r_start, stepped, w_end)
+    landed = np.clip(r_end, releasing, w_end)
+    pushing = _communicating(events, kind, source, stepped, releasing)
     step_part = np.where(released, stepped - w_start, 0)
     parts = {
         "computing_ns": np.where(step_computes, step_part, 0),
         "releaser_waiting_ns": np.where(step_computes, 0, step_part),
-        "not_released_ns": np.where(released, started - stepped, 0),
-        "in_flight_ns": np.where(released, landed - started, 0),
+        "not_released_ns": np.where(released, releasing - stepped - pushing, 0),
+        "in_flight_ns": np.where(released, pushing + landed - releasing, 0),
         "late_look_ns": np.where(released, w_end - landed, 0),
         "unattributed_ns": np.where(released, 0, length),
     }
@@ -151,6 +156,18 @@ def attribute_waits(events: np.ndarray, releaser: np.ndarray | None = None) -> d
         "producer": producer,
         **{name: parts[name].astype(np.int64) for name in PARTS},
     }
+
+
+def _communicating(events, kind, source, lo, hi) -> np.ndarray:
+    """How much of ``[lo, hi)`` the SM of each ``source`` event spent in traced communication."""
+    if len(source) == 0 or not (hi > lo).any():
+        return np.zeros(len(source), dtype=np.int64)
+    _, sm = sm_index(events)
+    comm = np.flatnonzero(kind == COMM)
+    starts = events["start_ns"][comm].astype(np.int64)
+    ends = np.maximum(events["end_ns"][comm].astype(np.int64), starts)
+    cover = Coverage(sm[comm], starts, ends, np.ones((len(comm), 1), dtype=bool), int(sm.max()) + 1)
+    return cover.length_within((0,), sm[source], lo, hi)
 
 
 def wait_groups(

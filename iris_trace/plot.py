@@ -25,8 +25,9 @@ import textwrap
 
 import numpy as np
 
-from .analysis import _Coverage, analyze
+from .analysis import analyze
 from .events import EVENT_DTYPE
+from .intervals import Coverage
 from .matching import COMM, COMPUTE, WAIT, categories, sm_index
 from .schema import DMA_CU_BASE
 
@@ -81,7 +82,7 @@ def _prepare(events: np.ndarray, bins: int):
     return events, starts, ends, edges
 
 
-def _fractions(cover: _Coverage, pieces_per_state, n_rows: int, edges: np.ndarray) -> list[np.ndarray]:
+def _fractions(cover: Coverage, pieces_per_state, n_rows: int, edges: np.ndarray) -> list[np.ndarray]:
     widths = np.diff(edges)
     out = []
     for pieces in pieces_per_state:
@@ -115,7 +116,7 @@ def state_fractions(events: np.ndarray, bins: int = 200):
         return np.zeros((0, 2), dtype=np.int64), edges, np.zeros((0, bins, len(STATES)))
     rows, keys = sm_index(events)
     category = categories(events["event_id"])
-    cover = _Coverage(keys, starts, ends, category[:, None] == np.array([COMPUTE, COMM, WAIT]), len(rows))
+    cover = Coverage(keys, starts, ends, category[:, None] == np.array([COMPUTE, COMM, WAIT]), len(rows))
     computing = cover.covered[:, COMPUTE]
     communicating = cover.covered[:, COMM] & ~computing
     waiting = cover.covered[:, WAIT] & ~computing & ~communicating
@@ -145,7 +146,7 @@ def binned_fractions(events: np.ndarray, bins: int = 200):
         return np.zeros((0, 2), dtype=np.int64), edges, empty, empty.copy()
     rows, keys = sm_index(events)
     category = categories(events["event_id"])
-    cover = _Coverage(keys, starts, ends, category[:, None] == np.array([COMPUTE, COMM, WAIT]), len(rows))
+    cover = Coverage(keys, starts, ends, category[:, None] == np.array([COMPUTE, COMM, WAIT]), len(rows))
     stalled = cover.covered[:, WAIT] & ~cover.covered[:, COMPUTE]
     overlapping = cover.covered[:, COMPUTE] & cover.covered[:, COMM]
     stall, overlap = _fractions(cover, (stalled, overlapping), len(rows), edges)
@@ -171,7 +172,7 @@ def rank_overview(events: np.ndarray, world_size: int, bins: int = 200):
         return edges, ratio, moved
     ranks = events["cur_rank"].astype(np.int64)
     category = categories(events["event_id"])
-    cover = _Coverage(ranks, starts, ends, category[:, None] == np.array([COMPUTE, COMM, WAIT]), world_size)
+    cover = Coverage(ranks, starts, ends, category[:, None] == np.array([COMPUTE, COMM, WAIT]), world_size)
     comm_or_wait = cover.covered[:, COMM] | cover.covered[:, WAIT]
     during = comm_or_wait & cover.covered[:, COMPUTE]
     numerator, denominator = _fractions(cover, (during, comm_or_wait), world_size, edges)

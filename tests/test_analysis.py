@@ -7,8 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from iris_trace.analysis import _Coverage, analyze, match_releasers
+from iris_trace.analysis import analyze, match_releasers
 from iris_trace.events import DMA_CU_BASE, EVENT_DTYPE, EVENT_NAMES, SCOPE_BASE
+from iris_trace.intervals import Coverage
 from iris_trace.plot import (
     COLOURS,
     STATES,
@@ -282,11 +283,31 @@ def test_coverage_union_and_intersection_agree_with_a_dense_timeline():
     timeline = np.zeros((n_keys, 2, horizon), dtype=bool)
     for k, s, e, m in zip(keys, starts, ends, member):
         timeline[k, m, s:e] = True
-    cover = _Coverage(keys, starts, ends, member, n_keys)
+    cover = Coverage(keys, starts, ends, member, n_keys)
     assert cover.union((0,)).tolist() == timeline[:, 0].sum(axis=1).tolist()
     assert cover.union((0, 1)).tolist() == timeline.any(axis=1).sum(axis=1).tolist()
     assert cover.intersection((0,), (1,)).tolist() == timeline.all(axis=1).sum(axis=1).tolist()
     assert cover.difference((0,), (1,)).tolist() == (timeline[:, 0] & ~timeline[:, 1]).sum(axis=1).tolist()
+
+
+def test_coverage_length_within_agrees_with_a_dense_timeline():
+    rng = np.random.default_rng(2)
+    n, horizon, n_keys, n_queries = 200, 300, 5, 400
+    keys = rng.integers(0, n_keys, n)
+    starts = rng.integers(0, horizon, n)
+    ends = np.minimum(starts + rng.integers(0, 50, n), horizon)
+    member = rng.random((n, 2)) < 0.5
+    timeline = np.zeros((n_keys, 2, horizon + 50), dtype=bool)
+    for k, s, e, m in zip(keys, starts, ends, member):
+        timeline[k, m, s:e] = True
+    query_keys = rng.integers(0, n_keys + 1, n_queries) % n_keys  # key 0 twice as often
+    lo = rng.integers(0, horizon, n_queries)
+    hi = lo + rng.integers(0, 80, n_queries)
+    cover = Coverage(keys, starts, ends, member, n_keys)
+    got = cover.length_within((1,), query_keys, lo, hi)
+    assert got.tolist() == [int(timeline[k, 1, a:b].sum()) for k, a, b in zip(query_keys, lo, hi)]
+    empty = Coverage(keys[:0], starts[:0], ends[:0], member[:0], n_keys)
+    assert empty.length_within((0,), query_keys, lo, hi).tolist() == [0] * n_queries
 
 
 def test_empty_trace_gives_zeros():

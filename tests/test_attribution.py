@@ -75,6 +75,38 @@ def test_data_still_moving_is_in_flight_time():
     assert (split["computing_ns"], split["in_flight_ns"], split["late_look_ns"]) == (5, 52, 2)
 
 
+def test_a_releaser_running_nothing_traced_before_its_release_is_not_released_time():
+    # Rank 0's last wait ended at 10; host code (untraced) ran until it launched the
+    # barrier whose arrival released rank 1: that gap is not data in flight.
+    events = make_events(
+        (schema.WAIT_UNTIL, 0, 0, 0, 10, wait_for(address=0x200)),
+        (schema.ATOMIC_ADD, 0, 0, 900, 901, signal_to(1, value=2, address=0x0)),
+        (schema.BARRIER_WAIT, 1, 0, 20, 905, wait_for(value=2, address=0x0)),
+    )
+    split, _, _ = split_of(events)
+    assert (split["not_released_ns"], split["in_flight_ns"], split["late_look_ns"]) == (880, 1, 4)
+
+
+def test_only_the_releasers_traced_pushes_count_as_in_flight():
+    # After its tile, rank 0's SM pushes for 30 ns, runs untraced code for 40, then signals.
+    events = make_events(
+        (GEMM, 0, 1, 0, 10),
+        (schema.PUT, 0, 1, 10, 40, {"target_rank": 1, "address": 0x400, "payload_bytes": 4096}),
+        (schema.PUT, 0, 2, 40, 80, {"target_rank": 1, "address": 0x800, "payload_bytes": 4096}),  # another SM
+        (schema.SIGNAL, 0, 1, 80, 82, signal_to(1)),
+        (schema.WAIT_UNTIL, 1, 5, 0, 85, wait_for()),
+    )
+    split, _, _ = split_of(events)
+    assert split == {
+        "computing_ns": 10,
+        "releaser_waiting_ns": 0,
+        "in_flight_ns": 32,
+        "late_look_ns": 3,
+        "not_released_ns": 40,
+        "unattributed_ns": 0,
+    }
+
+
 def test_a_waiter_that_looks_late_is_late_look_time():
     events = make_events(
         (GEMM, 0, 1, 0, 10),

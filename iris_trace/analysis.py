@@ -111,6 +111,9 @@ LEGEND = {
     "producer still computing; the releaser not releasing yet (itself waiting, or doing untraced "
     "work, or nothing traced released it); data and flag on their way; the flag landed, not yet seen",
 }
+#: Shortest gap between two steps of the critical path that the table points out.
+CRITICAL_PATH_GAP_NS = 1000
+CRITICAL_PATH_GAP_WORDS = "with nothing traced on the path (host code, untraced work)"
 #: Rows of the per-SM section of :meth:`Report.format_table`.
 TABLE_SM_ROWS = 20
 
@@ -301,12 +304,19 @@ class Report:
         lines += _fixed_width(headers, rows)
         if self.critical_path:
             lines += ["", "critical path (what set the end of the window)"]
+            previous_end = None
             for step in self.critical_path:
-                tile = f" tile ({step['pid_m']},{step['pid_n']})" if step["pid_m"] >= 0 else ""
+                gap = step["start_ns"] - previous_end if previous_end is not None else 0
+                if gap >= CRITICAL_PATH_GAP_NS:
+                    lines.append(f"    ... {us(gap)} us {CRITICAL_PATH_GAP_WORDS}")
+                tile = f" ({step['pid_m']},{step['pid_n']})" if step["pid_m"] >= 0 else ""
+                if tile and not step["op"].endswith("tile"):
+                    tile = " tile" + tile
                 lines.append(
                     f"  rank {step['rank']} SM {step['cu_id']}: {step['op']}{tile} "
                     f"{us(step['start_ns'])}-{us(step['end_ns'])}"
                 )
+                previous_end = step["end_ns"]
         lines += ["", "columns"] + [f"  {name}: {meaning}" for name, meaning in LEGEND.items()]
         return "\n".join(lines)
 

@@ -43,10 +43,13 @@ push to visible), ``latency`` (computed to visible) and ``consumed`` (visible to
 consumed).
 
 **Critical path.** :func:`critical_path` walks back from the event that ended last:
-from a wait to its releaser, from a release to the compute scope before it on its SM
-(the producer step), from a compute scope to the wait before it on its SM, and so
-on, to a wait with no releaser or an SM with nothing earlier. Read forwards, it is
-the chain of compute, release and wait that set the end of the traced call.
+from a wait to its releaser (or, when the release had landed before the wait began, to
+what the waiter's SM did before: the waiter was the late one), from a release to the
+compute scope before it on its SM (the producer step), from a compute scope to the wait
+before it on its SM, and so on, to a wait with no releaser or an SM with nothing
+earlier. Read forwards, it is the chain of compute, release and wait that set the end
+of the traced call; a gap between two steps is time in which nothing traced ran on
+that path (host code, untraced work), which the report shows.
 
 Example:
     >>> from iris_trace.attribution import attribute_waits, summarize_waits
@@ -347,11 +350,13 @@ def lifecycle_summary(tiles: dict[str, np.ndarray]) -> dict[int, dict]:
 def critical_path(events: np.ndarray, releaser: np.ndarray | None = None, limit: int = 64) -> list[int]:
     """Indices of the events on the chain that set the trace's end, earliest first (module docstring).
 
-    Backwards from the event that ended last: a wait steps to its releaser; a compute
-    scope to the latest wait that ended on its SM before it began; any other op (a
-    release, a push) to the latest compute scope or wait that ended on its SM before it
-    began, whichever ended later. The walk stops at a wait nothing traced released, or
-    where the SM has nothing earlier.
+    Backwards from the event that ended last: a wait steps to its releaser, unless the
+    release had landed before the wait began (the waiter arrived late, so what it did
+    before set the pace: the walk goes on as for any other op); a compute scope steps to
+    the latest wait that ended on its SM before it began; any other op (a release, a
+    push) to the latest compute scope or wait that ended on its SM before it began,
+    whichever ended later. The walk stops at a wait nothing traced released, or where
+    the SM has nothing earlier.
 
     Example:
         >>> [event_name(int(e)) for e in trace.events["event_id"][critical_path(trace.events)]]
@@ -373,8 +378,9 @@ def critical_path(events: np.ndarray, releaser: np.ndarray | None = None, limit:
     chain = [int(np.argmax(ends))]
     while len(chain) < limit:
         current = chain[-1]
-        if is_wait[current]:
-            step = int(releaser[current])
+        source = int(releaser[current]) if is_wait[current] else -1
+        if is_wait[current] and (source < 0 or ends[source] > starts[current]):
+            step = source
         elif kind[current] == COMPUTE:
             step = waits.latest(sm_key[current], starts[current])
         else:

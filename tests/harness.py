@@ -9,7 +9,8 @@ for the next test, so one hang never takes the whole suite down.
 Each rank's stderr goes to a file of its own (pytest shows nothing a pool's processes
 print, as they outlive every test's capture), and a rank that dies is reported with its
 exit code and the end of that file: a crash's faulthandler dump, a device trap's
-message, a hang report.
+message, a hang report. The ranks' flight files and hang dumps go to the same folder
+(unless ``IRIS_HANG_DIR`` is set).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class RankPool:
                 args=(
                     rank,
                     world_size,
-                    {**rank_environment(rank, world_size, port), **self.extra_env},
+                    {**rank_environment(rank, world_size, port), **self._hang_dir(), **self.extra_env},
                     child,
                     self._stderr_path(rank),
                 ),
@@ -136,6 +137,12 @@ class RankPool:
         if errors:
             raise RankError("\n".join(errors))
         return results
+
+    def _hang_dir(self) -> dict:
+        # Flight files and hang dumps go with the ranks' stderr (removed with it after a
+        # passing session) rather than into /dev/shm, where `iris-trace hang-report` would
+        # find test leftovers beside a user's own runs.
+        return {} if "IRIS_HANG_DIR" in os.environ else {"IRIS_HANG_DIR": self._stderr_dir}
 
     def _stderr_path(self, rank: int) -> str:
         return os.path.join(self._stderr_dir, f"rank{rank}.stderr")

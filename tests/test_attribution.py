@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from iris_trace import schema
+from iris_trace.analysis import analyze
 from iris_trace.attribution import (
     PARTS,
     attribute_waits,
@@ -222,3 +223,27 @@ def test_the_critical_path_follows_compute_signal_wait():
         (schema.PUT, 1, 5, 200, 210, {"target_rank": 0, "address": 0x800, "payload_bytes": 64}),
     )
     assert critical_path(events) == [0, 1, 3, 4]
+
+
+def test_the_critical_path_follows_a_late_waiter_to_its_own_work():
+    # Rank 0 signalled at 10; rank 1 computed until 300 and only then waited: the flag was
+    # there already, so rank 1's tile, not rank 0's signal, set the end.
+    events = make_events(
+        (schema.SIGNAL, 0, 1, 10, 12, signal_to(1)),
+        (GEMM, 1, 5, 0, 300),
+        (schema.WAIT_UNTIL, 1, 5, 300, 302, wait_for()),
+    )
+    assert critical_path(events) == [1, 2]
+
+
+def test_the_report_points_out_untraced_gaps_on_the_critical_path():
+    events = make_events(
+        (GEMM, 0, 1, 0, 100),
+        (schema.SIGNAL, 0, 1, 5_100, 5_102, signal_to(1)),  # 5 us of host code before it
+        (schema.WAIT_UNTIL, 1, 5, 50, 5_110, wait_for()),
+    )
+    table = analyze(events, 2, NAMES).format_table()
+    path = table[table.index("critical path") :].splitlines()
+    assert path[1].startswith("  rank 0 SM 1: gemm tile")
+    assert path[2] == "    ... 5.0 us with nothing traced on the path (host code, untraced work)"
+    assert path[3].startswith("  rank 0 SM 1: signal")

@@ -127,6 +127,7 @@ def tile_collectives_kernel(
     ctx.all_reduce_spinlock(tile, dst_view, locks)
     ctx.all_reduce_one_shot(tile, src_view, dst_view, locks)
     ctx.all_reduce_two_shot(tile, src_view, dst_view, locks)
+    ctx.all_reduce_ring(view, src_view, dst_view)
     ctx.reduce_scatter(tile, src_view, dst_view, locks)
     ctx.all_gather(tile, dst_view, 0)
     ctx.all_to_all(view, src_view, dst_view, 32)

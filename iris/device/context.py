@@ -578,6 +578,17 @@ class DeviceContext:
         tile_collectives.all_reduce_two_shot(self, tile, src_view, dst_view, locks)
 
     @triton.jit
+    def all_reduce_ring(self, tile: Tile, src_view: TensorView, dst_view: TensorView):
+        """Sum every rank's ``src_view`` tile, read in ring order, into this rank's ``dst_view``.
+
+        Every rank's ``src_view`` must be written before the kernel starts (no locks).
+
+        Example:
+            >>> ctx.all_reduce_ring(iris.TileView(pid_m, pid_n, BM, BN), inp_view, out_view)
+        """
+        tile_collectives.all_reduce_ring(self, tile, src_view, dst_view)
+
+    @triton.jit
     def reduce_scatter(self, tile: Tile, src_view: TensorView, dst_view: TensorView, locks):
         """Rank r sums its contiguous share of the tiles into its own ``dst_view``.
 

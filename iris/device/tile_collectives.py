@@ -5,8 +5,8 @@ kernel that computed the data, tile by tile, so the communication of one tile
 overlaps the computation of the next. They are the bodies of upstream Iris's
 ``DeviceContext`` methods of the same names (``all_reduce_atomic``,
 ``all_reduce_spinlock``, ``all_reduce_one_shot``, ``all_reduce_two_shot``,
-``all_gather``, ``gather``, ``all_to_all``, ``reduce_scatter``) and keep their
-arguments and protocol:
+``all_reduce_ring``, ``all_gather``, ``gather``, ``all_to_all``, ``reduce_scatter``)
+and keep their arguments and protocol:
 
 - **Ready locks.** One-shot, two-shot and reduce-scatter read every peer's
   partial tile from ``src_view``. Before calling, each rank stores its partial
@@ -17,8 +17,9 @@ arguments and protocol:
   copy (``from_rank=``): the wait is traced, enters the flight recorder when slow
   and obeys the rank's wait timeout, like every other wait. Resetting the locks
   between calls is the caller's job, as upstream.
-- **No locks.** ``all_gather``, ``gather`` and ``all_to_all`` only move data; the
-  caller orders them against the peers' writes (a barrier before, or its own flags).
+- **No locks.** ``all_gather``, ``gather`` and ``all_to_all`` only move data, and
+  ``all_reduce_ring`` reads every peer's ``src_view`` as it is; the caller orders them
+  against the peers' writes (a barrier before the launch, or its own flags).
 - **Spinlock.** ``all_reduce_spinlock`` takes each destination's lock with a
   compare-and-swap, adds this rank's tile into the destination, and releases it
   (``iris.ccl.device.acquire_lock``/``release_lock``, as the host all-reduce's
@@ -104,6 +105,25 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
         dst_ptrs, _ = dst_view.tile_ptr(tile)
         for i in range(ctx.world_size):
             ctx.store(dst_ptrs, total, (ctx.rank + i) % ctx.world_size, mask=mask)
+
+
+@triton.jit
+def all_reduce_ring(ctx, tile, src_view, dst_view):
+    """Sum the tile of every rank's ``src_view``, read in ring order, into this rank's ``dst_view``.
+
+    No locks: every rank's ``src_view`` must hold its data when the kernel starts (a
+    barrier before the launch), as upstream requires. Upstream follows this with a pass
+    that copies the peers' ``dst_view`` tiles without waiting for them to be written;
+    every rank holds the whole sum after the first pass, so that racy copy is left out.
+    """
+    src_ptrs, mask = src_view.tile_ptr(tile)
+    own = tl.load(src_ptrs, mask=mask, other=0.0)
+    acc = accumulator(own)
+    for step in range(1, ctx.world_size):
+        peer = (ctx.rank - step + ctx.world_size) % ctx.world_size
+        acc += accumulator(ctx.load(src_ptrs, peer, mask=mask))
+    dst_ptrs, _ = dst_view.tile_ptr(tile)
+    tl.store(dst_ptrs, acc.to(own.dtype), mask=mask)
 
 
 @triton.jit

@@ -259,8 +259,8 @@ class AllReduceConfig:
     """Which tile all-reduce a kernel runs, and its locks (upstream Iris's device-side config).
 
     ``variant_code``: 0 atomic, 1 ring, 2 one-shot, 3 two-shot, 4 spinlock (upstream's
-    numbering; ring has no tile collective here, see docs/upstream.md). ``locks_ptr``
-    must always be a pointer, a dummy one for variants that take no locks.
+    numbering). ``locks_ptr`` must always be a pointer, a dummy one for variants that
+    take no locks (atomic, ring).
 
     Example:
         >>> cfg = iris.AllReduceConfig(2, locks)

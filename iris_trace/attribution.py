@@ -83,7 +83,7 @@ PART_WORDS = {
     "releaser_waiting_ns": "the releaser was itself waiting",
     "in_flight_ns": "the data and flag were in flight",
     "late_look_ns": "the flag had landed but the waiter had not looked yet",
-    "not_released_ns": "the releaser ran untraced work or host code before releasing",
+    "not_released_ns": "the releaser was not releasing yet (untraced work, host code, a kernel not started)",
     "unattributed_ns": "no traced op released it",
 }
 _NO_TIME = np.iinfo(np.int64).min

@@ -109,7 +109,8 @@ LEGEND = {
     "released by": "the op that set the flag the wait saw (rank, SM, op, start from window start)",
     "computing / not sent / in flight / late look": "the stall split (iris_trace.attribution): the "
     "producer still computing; the releaser not releasing yet (itself waiting, or doing untraced "
-    "work, or nothing traced released it); data and flag on their way; the flag landed, not yet seen",
+    "work, or nothing traced released it); data and flag being sent, until the release was issued; the "
+    "flag sent, not yet seen (its way to the waiter, the poll interval, or the waiter not running)",
 }
 #: Shortest gap between two steps of the critical path that the table points out.
 CRITICAL_PATH_GAP_NS = 1000

@@ -20,10 +20,11 @@ the release started (a GEMM tile, say, or the releaser's own wait). The wait
   that had not started yet;
 * ``in_flight_ns``: in that same stretch, the time the releaser's SM spent in traced
   communication (pushing the data the flag announces), then the release itself until it
-  landed (``release end``);
-* ``late_look_ns``: the release had landed but the waiter had not seen it yet
-  (``[release end, end)``: the poll interval, or the waiter not running at all, as when
-  ranks share a GPU and take turns);
+  was issued (``release end``);
+* ``late_look_ns``: the release had been issued but the waiter had not seen it yet
+  (``[release end, end)``): the flag's way to the waiter's memory (an op's ``end_ns`` is
+  when it was issued, not when it landed), the poll interval, or the waiter not running
+  at all, as when ranks share a GPU and take turns;
 * ``unattributed_ns``: no releaser was found (the wait ended on a value no traced op set).
 
 Each piece is clipped to the wait, so the parts add up to the wait's length; a
@@ -43,7 +44,7 @@ push to visible), ``latency`` (computed to visible) and ``consumed`` (visible to
 consumed).
 
 **Critical path.** :func:`critical_path` walks back from the event that ended last:
-from a wait to its releaser (or, when the release had landed before the wait began, to
+from a wait to its releaser (or, when the release had been issued before the wait began, to
 what the waiter's SM did before: the waiter was the late one), from a release to the
 compute scope before it on its SM (the producer step), from a compute scope to the wait
 before it on its SM, and so on, to a wait with no releaser or an SM with nothing
@@ -82,7 +83,7 @@ PART_WORDS = {
     "computing_ns": "the producer was still computing",
     "releaser_waiting_ns": "the releaser was itself waiting",
     "in_flight_ns": "the data and flag were in flight",
-    "late_look_ns": "the flag had landed but the waiter had not looked yet",
+    "late_look_ns": "the flag had been sent but the waiter had not seen it yet",
     "not_released_ns": "the releaser was not releasing yet (untraced work, host code, a kernel not started)",
     "unattributed_ns": "no traced op released it",
 }
@@ -137,15 +138,15 @@ def attribute_waits(events: np.ndarray, releaser: np.ndarray | None = None) -> d
     # Boundaries inside [w_start, w_end], in order: step | up to the release | release | late look.
     stepped = np.clip(np.where(has_step, ends[step], w_start), w_start, w_end)
     releasing = np.clip(r_start, stepped, w_end)
-    landed = np.clip(r_end, releasing, w_end)
+    issued = np.clip(r_end, releasing, w_end)
     pushing = _communicating(events, kind, source, stepped, releasing)
     step_part = np.where(released, stepped - w_start, 0)
     parts = {
         "computing_ns": np.where(step_computes, step_part, 0),
         "releaser_waiting_ns": np.where(step_computes, 0, step_part),
         "not_released_ns": np.where(released, releasing - stepped - pushing, 0),
-        "in_flight_ns": np.where(released, pushing + landed - releasing, 0),
-        "late_look_ns": np.where(released, w_end - landed, 0),
+        "in_flight_ns": np.where(released, pushing + issued - releasing, 0),
+        "late_look_ns": np.where(released, w_end - issued, 0),
         "unattributed_ns": np.where(released, 0, length),
     }
     return {
@@ -351,7 +352,7 @@ def critical_path(events: np.ndarray, releaser: np.ndarray | None = None, limit:
     """Indices of the events on the chain that set the trace's end, earliest first (module docstring).
 
     Backwards from the event that ended last: a wait steps to its releaser, unless the
-    release had landed before the wait began (the waiter arrived late, so what it did
+    release had been issued before the wait began (the waiter arrived late, so what it did
     before set the pace: the walk goes on as for any other op); a compute scope steps to
     the latest wait that ended on its SM before it began; any other op (a release, a
     push) to the latest compute scope or wait that ended on its SM before it began,

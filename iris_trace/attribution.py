@@ -84,7 +84,7 @@ PART_WORDS = {
     "releaser_waiting_ns": "the releaser was itself waiting",
     "in_flight_ns": "the data and flag were in flight",
     "late_look_ns": "the flag had been sent but the waiter had not seen it yet",
-    "not_released_ns": "the releaser was not releasing yet (untraced work, host code, a kernel not started)",
+    "not_released_ns": "the releaser was running untraced work or host code, or had not started",
     "unattributed_ns": "no traced op released it",
 }
 _NO_TIME = np.iinfo(np.int64).min
@@ -180,8 +180,9 @@ def wait_groups(
     """Wait time per (waiting rank, wait op, releasing rank, releaser's last step), longest first.
 
     Each row: ``rank``, ``op``, ``releaser_rank`` (None: unreleased), ``producer`` (the name of
-    the releaser's last step: a scope or a wait, or None), ``waits``, ``wait_ns``, ``share``
-    (of the rank's wait time) and the parts.
+    the releaser's last step, a scope or a wait, where that step was still running when the
+    wait began; else None: a step that had ended before held nothing up), ``waits``,
+    ``wait_ns``, ``share`` (of the rank's wait time) and the parts.
 
     Example:
         >>> wait_groups(trace.events, attribute_waits(trace.events))[0]["producer"]
@@ -193,7 +194,8 @@ def wait_groups(
     for i in range(len(causes["index"])):
         rank = int(causes["rank"][i])
         source = int(causes["releaser"][i])
-        step = int(causes["producer"][i])
+        held_up = causes["computing_ns"][i] + causes["releaser_waiting_ns"][i] > 0
+        step = int(causes["producer"][i]) if held_up else -1
         key = (
             rank,
             event_name(int(causes["event_id"][i]), scope_names),

@@ -84,8 +84,11 @@ def test_a_releaser_running_nothing_traced_before_its_release_is_not_released_ti
         (schema.ATOMIC_ADD, 0, 0, 900, 901, signal_to(1, value=2, address=0x0)),
         (schema.BARRIER_WAIT, 1, 0, 20, 905, wait_for(value=2, address=0x0)),
     )
-    split, _, _ = split_of(events)
+    split, causes, _ = split_of(events)
     assert (split["not_released_ns"], split["in_flight_ns"], split["late_look_ns"]) == (880, 1, 4)
+    # Rank 0's wait had ended before rank 1 began waiting: it held nothing up, so it is not named.
+    (group,) = [g for g in wait_groups(events, causes) if g["rank"] == 1]
+    assert (group["releaser_rank"], group["producer"]) == (0, None)
 
 
 def test_only_the_releasers_traced_pushes_count_as_in_flight():

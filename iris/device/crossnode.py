@@ -101,6 +101,7 @@ __all__ = [
 STAGING_SLOT_BYTES = 64 << 10
 #: Staging slots per SM: one for each of two CTAs resident on an SM at once without waiting.
 STAGING_SLOTS_PER_SM = 2
+_SLOT_BYTES: tl.constexpr = tl.constexpr(STAGING_SLOT_BYTES)
 
 
 def staging_pieces(sm_count: int) -> list[tuple[tuple[int, ...], torch.dtype]]:
@@ -121,11 +122,11 @@ def staging_pieces(sm_count: int) -> list[tuple[tuple[int, ...], torch.dtype]]:
 @triton.jit
 def _claim_staging(heap_bases):
     # A free staging slot for this CTA, held until _release_staging: (its index, its address).
-    area, flags, count, slot_bytes = layout.staging(heap_bases)
+    area, flags, count, _ = layout.staging(heap_bases)
     slot = hw.sm_id() % count
     while tl.atomic_cas(flags + slot, 0, 1, sem="acquire", scope="gpu") != 0:
         slot = (slot + 1) % count
-    return slot, area + slot.to(tl.int64) * slot_bytes
+    return slot, area + slot.to(tl.int64) * _SLOT_BYTES
 
 
 @triton.jit
@@ -136,11 +137,10 @@ def _release_staging(heap_bases, slot):
     tl.atomic_xchg(flags + slot, 0, sem="release", scope="gpu")
 
 
-@triton.jit
-def _fits_staging(ptr, heap_bases):
-    BYTES: tl.constexpr = blocks.numel(ptr.type) * blocks.element_bytes(ptr.type)
-    _, _, _, slot_bytes = layout.staging(heap_bases)
-    return slot_bytes >= BYTES
+@constexpr_function
+def _fits_staging(block_type):
+    # Decided when the kernel compiles: a larger block never takes the staged branch.
+    return blocks.numel(block_type) * blocks.element_bytes(block_type) <= STAGING_SLOT_BYTES
 
 
 @triton.jit
@@ -149,13 +149,15 @@ def _runs_of(ptr, mask):
     # active: (is runs, bytes of the one run or 0, its first address, then per row
     # (2-D only; else one unused entry) its bytes and first address).
     nbytes, first, _ = run_bytes(ptr, ptr, mask)
+    runs = nbytes > 0
     if blocks.rank_of(ptr.type) == 2:
-        rows_ok, row_bytes, row_first, _ = row_runs(ptr, ptr, mask)
-        runs = (nbytes > 0) | rows_ok
+        row_bytes = tl.zeros([ptr.shape[0]], tl.int64)
+        row_first = tl.zeros([ptr.shape[0]], tl.int64)
+        if nbytes == 0:  # rows are looked at only where the block is not one run
+            runs, row_bytes, row_first, _sources = row_runs(ptr, ptr, mask)
     else:
         row_bytes = tl.zeros([1], tl.int64)
         row_first = tl.zeros([1], tl.int64)
-        runs = nbytes > 0
     return runs, nbytes, first, row_bytes, row_first
 
 
@@ -342,7 +344,7 @@ def store_block(ptr, value, rank, heap_bases, mask=None):
     """
     staged = tl.full([], 0, tl.int32)
     if _may_be_runs(ptr.type, ptr.type):
-        if _fits_staging(ptr, heap_bases):
+        if _fits_staging(ptr.type):
             runs, nbytes, first, row_bytes, row_first = _runs_of(ptr, mask)
             if runs:
                 slot, address = _claim_staging(heap_bases)
@@ -371,7 +373,7 @@ def load_block(ptr, rank, heap_bases, mask=None, other=None):
     staged = tl.full([], 0, tl.int32)
     values = tl.zeros(ptr.shape, ELEMENT)
     if _may_be_runs(ptr.type, ptr.type):
-        if _fits_staging(ptr, heap_bases):
+        if _fits_staging(ptr.type):
             runs, nbytes, first, row_bytes, row_first = _runs_of(ptr, mask)
             if runs:
                 slot, address = _claim_staging(heap_bases)

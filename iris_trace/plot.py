@@ -285,14 +285,15 @@ def timeline(
             ha="center",
             va="center",
             bbox={"boxstyle": "circle,pad=0.2", "facecolor": "white", "edgecolor": "black"},
+            zorder=6,  # above the legend (5): the last stall of a run is often at its top right
         )
         released = (
             f"released by rank {stall['releaser_rank']} SM {stall['releaser_cu_id']} {stall['releaser_op']}"
             if stall["releaser_rank"] is not None
             else "released by nothing traced"
         )
-        if stall["producer"]:
-            released += f" after {stall['producer']}"
+        if stall["producer"] and stall["computing_ns"] + stall["releaser_waiting_ns"] > 0:
+            released += f" after {stall['producer']}"  # named only where it held the wait up
         captions.append(
             f"{number}: rank {stall['rank']} SM {stall['cu_id']} {stall['op']} "
             f"{stall['duration_ns'] / scale:.3g} {unit}, {released}"

@@ -63,6 +63,7 @@ from .attribution import (
     attribute_waits,
     critical_path,
     lifecycle_summary,
+    seen_latency,
     summarize_waits,
     tile_lifecycles,
     wait_groups,
@@ -97,6 +98,7 @@ STALL_FIELDS = (
     "producer_end_ns",
     *PARTS,
 )
+SEEN_LATENCY_FIELDS = ("releaser_rank", "rank", "waits", "min_ns", "median_ns")
 #: What each column of the report means (``iris-trace report --help`` and the table's legend).
 LEGEND = {
     "compute": "time inside compute scopes (trace_begin/trace_end, e.g. GEMM tiles)",
@@ -107,6 +109,8 @@ LEGEND = {
     "idle": "window minus busy (no event at all)",
     "ratio": "HTA overlap ratio: compute during communication or waits / communication or waits",
     "released by": "the op that set the flag the wait saw (rank, SM, op, start from window start)",
+    "release to seen": "wait end minus the release's issue time, for waits already polling then: the "
+    "flag's way to the waiter plus one poll (a few us between GPUs over NVLink)",
     "computing / not sent / in flight / late look": "the stall split (iris_trace.attribution): the "
     "producer still computing; the releaser not releasing yet (itself waiting, or doing untraced "
     "work, or nothing traced released it); data and flag being sent, until the release was issued; the "
@@ -166,6 +170,8 @@ class Report:
     wait_causes: list[dict] = field(default_factory=list)
     #: Per rank: median and p99 of the tile lifecycle spans (``iris_trace.attribution``).
     tile_lifecycle: dict = field(default_factory=dict)
+    #: Per (releasing rank, waiting rank): how soon an issued release was seen (``seen_latency``).
+    seen_latency: list[dict] = field(default_factory=list)
     #: The chain of events that set the window's end, earliest first.
     critical_path: list[dict] = field(default_factory=list)
     #: What to keep in mind reading the numbers (emulated timings, shared clocks, drops).
@@ -189,6 +195,7 @@ class Report:
             "top_stalls": [_hex_address(row) for row in self.top_stalls],
             "wait_causes": [dict(row) for row in self.wait_causes],
             "tile_lifecycle": {str(rank): stats for rank, stats in self.tile_lifecycle.items()},
+            "seen_latency": [dict(row) for row in self.seen_latency],
             "critical_path": [_hex_address(row) for row in self.critical_path],
             "legend": dict(LEGEND),
         }
@@ -207,7 +214,7 @@ class Report:
         return text
 
     def to_csv(self, directory: str) -> list[str]:
-        """Write ``per_sm.csv``, ``per_rank.csv``, ``top_stalls.csv`` and ``wait_causes.csv``.
+        """Write the tables as CSV: per_sm, per_rank, top_stalls, wait_causes, seen_latency (``.csv``).
 
         Returns their paths; None is written as an empty cell, addresses as ``0x...``.
 
@@ -222,6 +229,7 @@ class Report:
             ("per_rank.csv", PER_RANK_FIELDS, self.per_rank),
             ("top_stalls.csv", STALL_FIELDS, [_hex_address(r) for r in self.top_stalls]),
             ("wait_causes.csv", cause_fields, self.wait_causes),
+            ("seen_latency.csv", SEEN_LATENCY_FIELDS, self.seen_latency),
         ):
             path = os.path.join(directory, name)
             with open(path, "w", newline="") as f:
@@ -249,6 +257,15 @@ class Report:
         ]
         if self.summary:
             lines += ["why ranks waited", *[f"  {line}" for line in self.summary], ""]
+        if self.seen_latency:
+            lines.append("release to seen, for waits already polling when the release was issued")
+            for row in self.seen_latency:
+                lines.append(
+                    f"  rank {row['releaser_rank']} -> rank {row['rank']}: {row['waits']} "
+                    f"wait{'s' if row['waits'] != 1 else ''}, "
+                    f"min {us(row['min_ns'])} us, median {us(row['median_ns'])} us"
+                )
+            lines.append("")
         lines.append("per rank")
         headers = ["rank", "compute", "comm", "wait", "overlap", "stall", "idle", "ratio", "bytes"]
         rows = []
@@ -476,6 +493,7 @@ def analyze(
         summary=summarize_waits(groups, world_size, lifecycle),
         wait_causes=groups,
         tile_lifecycle=lifecycle,
+        seen_latency=seen_latency(events, causes),
         critical_path=[_event_row(events[i], window_start, scope_names) for i in path],
         notes=list(notes or []),
     )

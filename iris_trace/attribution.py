@@ -224,6 +224,47 @@ def wait_groups(
     return ordered
 
 
+def seen_latency(events: np.ndarray, causes: dict[str, np.ndarray]) -> list[dict]:
+    """How soon an issued release was seen, per (releasing rank, waiting rank).
+
+    Only waits that were already polling when their release was issued count (the
+    release's ``end_ns`` at or after the wait's start): for those, ``wait end - release
+    end`` is the flag's way to the waiter's memory plus at most one poll, with no
+    lateness of the waiter in it. Between two GPUs it is the link's latency (a few
+    microseconds over NVLink); a floor far above that says the flag was held up on its
+    way or the clocks' alignment is off there, and a negative one that the alignment is.
+    It is what a *late look* is made of when the waiter was not late.
+
+    Returns one row per pair with such waits, ordered by (releaser rank, rank):
+    ``releaser_rank``, ``rank``, ``waits``, ``min_ns``, ``median_ns``.
+
+    Example:
+        >>> seen_latency(trace.events, attribute_waits(trace.events))[0]
+        {'releaser_rank': 0, 'rank': 1, 'waits': 512, 'min_ns': 1216, 'median_ns': 1984}
+    """
+    source = causes["releaser"]
+    released = source >= 0
+    safe = np.maximum(source, 0)
+    starts = events["start_ns"].astype(np.int64)
+    issued = np.maximum(events["end_ns"].astype(np.int64), starts)[safe]
+    polling = released & (issued >= causes["start_ns"])
+    latency = (causes["end_ns"] - issued)[polling]
+    pairs = np.stack([events["cur_rank"][safe][polling].astype(np.int64), causes["rank"][polling]], axis=1)
+    rows = []
+    for releaser_rank, rank in np.unique(pairs, axis=0).tolist() if len(pairs) else []:
+        mine = latency[(pairs[:, 0] == releaser_rank) & (pairs[:, 1] == rank)]
+        rows.append(
+            {
+                "releaser_rank": releaser_rank,
+                "rank": rank,
+                "waits": int(len(mine)),
+                "min_ns": int(mine.min()),
+                "median_ns": int(np.median(mine)),
+            }
+        )
+    return rows
+
+
 def summarize_waits(groups: list[dict], world_size: int, lifecycle: dict | None = None) -> list[str]:
     """The report's first lines: per rank, where most of its wait time went, in words.
 

@@ -10,6 +10,7 @@ from iris_trace.attribution import (
     attribute_waits,
     critical_path,
     lifecycle_summary,
+    seen_latency,
     summarize_waits,
     tile_lifecycles,
     wait_groups,
@@ -250,3 +251,21 @@ def test_the_report_points_out_untraced_gaps_on_the_critical_path():
     assert path[1].startswith("  rank 0 SM 1: gemm tile")
     assert path[2] == "    ... 5.0 us with nothing traced on the path (host code, untraced work)"
     assert path[3].startswith("  rank 0 SM 1: signal")
+
+
+def test_seen_latency_counts_only_waits_that_were_polling_when_the_release_was_issued():
+    events = make_events(
+        (schema.SIGNAL, 0, 1, 90, 100, signal_to(1)),
+        (schema.WAIT_UNTIL, 1, 5, 50, 103, wait_for()),  # polling since 50: seen 3 ns after issue
+        (schema.WAIT_UNTIL, 1, 6, 60, 109, wait_for()),  # 9 ns
+        (schema.WAIT_UNTIL, 1, 7, 150, 152, wait_for()),  # began after the issue: the waiter was late
+        (schema.SIGNAL, 1, 2, 10, 20, signal_to(0, address=0x200)),
+        (schema.WAIT_UNTIL, 0, 3, 0, 18, wait_for(address=0x200)),  # ends before the issue: clocks off
+    )
+    rows = seen_latency(events, attribute_waits(events))
+    assert rows == [
+        {"releaser_rank": 0, "rank": 1, "waits": 2, "min_ns": 3, "median_ns": 6},
+        {"releaser_rank": 1, "rank": 0, "waits": 1, "min_ns": -2, "median_ns": -2},
+    ]
+    table = analyze(events, 2).format_table()
+    assert "  rank 0 -> rank 1: 2 waits, min 0.0 us, median 0.0 us" in table

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 import iris
-from iris_trace import analyze_trace
+from iris_trace import analyze_trace, schema
 from iris_trace.export import write_chrome_json, write_perfetto
 
 
@@ -65,7 +65,7 @@ def main(out_dir: str):
         report = analyze_trace(trace)
         report.to_json(os.path.join(out_dir, "report.json"))
         print(report.format_table())
-        scopes = (trace.events["event_id"] == 64).sum()  # event 64 + scope 0: "tile compute"
+        scopes = (trace.events["event_id"] == schema.SCOPE_BASE + 0).sum()  # scope 0: "tile compute"
         assert scopes == world * num_tiles, "every tile's compute scope is recorded"
         assert sum(trace.dropped) == 0
         print(f"rank 0: 07_tracing OK: {len(trace.events)} events, {world} ranks, in {out_dir}/trace.pftrace")

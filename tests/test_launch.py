@@ -51,6 +51,7 @@ def test_examples_are_numbered_as_documented():
         "12_gemm_all_scatter_producer_consumer.py",
         "13_traced_gemm_all_scatter.py",
         "14_copy_engine.py",
+        "15_why_ranks_wait.py",
     ]
 
 

@@ -309,3 +309,52 @@ def test_interpreter_patches_the_language_once_per_launch_not_per_helper_call(tm
         print("ok")
     """
     assert "ok" in _run_script(tmp_path, source)
+
+
+def test_interpreter_reduces_with_a_combine_function_a_whole_array_at_a_time(tmp_path):
+    """tl.reduce with a function of its own: the same answers as numpy, in ~log2(n) calls."""
+    source = """
+        import iris, numpy as np, torch, triton, triton.language as tl
+
+        CALLS = []
+
+        @triton.jit
+        def add(a, b):
+            CALLS.append(1)  # the interpreter runs the body as Python
+            return a + b
+
+        @triton.jit
+        def first_nonzero(a, b):  # associative, not commutative: order must be kept
+            return tl.where(a != 0, a, b)
+
+        @triton.jit
+        def add_pairs(a0, a1, b0, b1):
+            return a0 + b0, a1 + b1
+
+        @triton.jit
+        def kernel(x, out, R: tl.constexpr, C: tl.constexpr):
+            r, c = tl.arange(0, R), tl.arange(0, C)
+            v = tl.load(x + r[:, None] * C + c[None, :])
+            tl.store(out + c, tl.reduce(v, 0, add))
+            tl.store(out + C + r, tl.reduce(v, 1, first_nonzero))
+            flat, nonzero = tl.reshape(v, [R * C]), tl.reshape((v != 0).to(tl.int32), [R * C])
+            total, count = tl.reduce((flat, nonzero), 0, add_pairs)
+            tl.store(out + C + R, total)
+            tl.store(out + C + R + 1, count.to(tl.float32))
+            tl.store(out + C + R + 2 + r, tl.reshape(tl.reduce(v, 1, add, keep_dims=True), [R]))
+
+        R, C = 8, 16
+        x = torch.randn(R, C, generator=torch.Generator().manual_seed(0))
+        x[x.abs() < 0.8] = 0
+        out = torch.zeros(C + 2 * R + 2)
+        kernel[(1,)](x, out, R, C)
+        assert len(CALLS) == 3 + 4, len(CALLS)  # 8 rows -> 3 rounds, 16 columns -> 4 (not 232 calls)
+        first = [row[row != 0][0] if (row != 0).any() else torch.tensor(0.0) for row in x]
+        torch.testing.assert_close(out[:C], x.sum(0))
+        assert torch.equal(out[C : C + R], torch.stack(first))
+        torch.testing.assert_close(out[C + R], x.sum())
+        assert out[C + R + 1] == (x != 0).sum()
+        torch.testing.assert_close(out[C + R + 2 :], x.sum(1))
+        print("ok")
+    """
+    assert "ok" in _run_script(tmp_path, source)

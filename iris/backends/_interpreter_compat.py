@@ -40,6 +40,13 @@ Each fix changes nothing where the interpreter already works:
   was over half of an emulated cross-node all-reduce's time. A launch now patches
   both language modules (``tl`` and ``tl.core``) once, and helper calls inside it
   reuse that; outside a launch nothing changes.
+- **Reductions with a combine function of their own** (``tl.reduce(x, axis, fn)``: the
+  tracing recorder sums an access's first address and active lanes in one such
+  reduction) ran ``fn`` once per element in Python: 25 ms per traced 1024-element
+  store, longer than the store. They now combine neighbouring pairs, a whole array at a
+  time, ``log2(n)`` calls in all, the order a GPU's tree keeps (``fn`` must be
+  associative, as on a GPU); a function that cannot take arrays still runs element by
+  element.
 - **Aggregate methods.** Triton's ``_aggregate`` attaches only compiled-mode
   ``JITFunction`` members; under the interpreter they are ``InterpretedFunction``
   objects and would be dropped (:func:`finish_aggregate` attaches them).
@@ -375,6 +382,69 @@ def _patch_bf16_arithmetic() -> None:
                 setattr(cls, name, _reducing_in_fp32(original))
 
 
+def _combine_pairwise(self, input):
+    # tl.reduce's generic path: neighbouring elements along the axis combined a whole array
+    # at a time until one is left (element i with i + 1, results in order, so an associative
+    # function gives what the element-by-element loop gives, up to rounding).
+    import triton.language as tl
+
+    original_axis = self.axis
+    input, axis = self.unravel(input, self.axis)
+    dtypes = [arg.dtype for arg in input]
+    data = [np.asarray(arg.handle.data) for arg in input]
+    rank = data[0].ndim
+    while data[0].shape[axis] > 1:
+        count = data[0].shape[axis]
+        firsts, seconds = np.arange(0, count - 1, 2), np.arange(1, count, 2)
+        left = [self.to_tensor(np.take(d, firsts, axis=axis), t) for d, t in zip(data, dtypes)]
+        right = [self.to_tensor(np.take(d, seconds, axis=axis), t) for d, t in zip(data, dtypes)]
+        combined = self.combine_fn.fn(*left, *right)
+        combined = combined if isinstance(combined, tuple) else (combined,)
+        shape = left[0].handle.data.shape
+        merged = [
+            np.broadcast_to(np.asarray(c.handle.data if isinstance(c, tl.core.tensor) else c), shape).astype(
+                d.dtype
+            )
+            for c, d in zip(combined, data)
+        ]
+        if count % 2:  # the odd one out goes on to the next round as it is
+            merged = [
+                np.concatenate([m, np.take(d, [count - 1], axis=axis)], axis=axis)
+                for m, d in zip(merged, data)
+            ]
+        data = merged
+    results = []
+    for values, dtype in zip(data, dtypes):
+        values = np.take(values, 0, axis=axis)
+        if self.keep_dims:
+            for _ in range(1 if original_axis is not None else rank):
+                values = np.expand_dims(values, axis if original_axis is not None else 0)
+        elif original_axis is None:
+            values = values.item()
+        results.append(self.to_tensor(values, dtype))
+    return results
+
+
+def _reducing_pairwise(original):
+    def generic_reduce(self, input):
+        arrays = input if isinstance(input, tuple) else (input,)
+        if any(np.asarray(a.handle.data).size == 0 for a in arrays):
+            return original(self, input)
+        try:
+            return _combine_pairwise(self, input)
+        except Exception:  # noqa: BLE001 - a combine function that takes only scalars
+            return original(self, input)
+
+    generic_reduce._iris_fixed = True
+    return generic_reduce
+
+
+def _patch_generic_reduce() -> None:
+    cls = _interpreter.ReduceOps
+    if not getattr(cls.generic_reduce, "_iris_fixed", False):
+        cls.generic_reduce = _reducing_pairwise(cls.generic_reduce)
+
+
 _applied = False
 
 
@@ -407,3 +477,4 @@ def apply() -> None:
     _patch_bf16_constants()
     _patch_bf16_arithmetic()
     _patch_float_exchange()
+    _patch_generic_reduce()

@@ -119,6 +119,8 @@ LEGEND = {
 #: Shortest gap between two steps of the critical path that the table points out.
 CRITICAL_PATH_GAP_NS = 1000
 CRITICAL_PATH_GAP_WORDS = "with nothing traced on the path (host code, untraced work)"
+#: Rows of the release-to-seen section of :meth:`Report.format_table` (JSON and CSV have all).
+TABLE_LATENCY_ROWS = 12
 #: Rows of the per-SM section of :meth:`Report.format_table`.
 TABLE_SM_ROWS = 20
 
@@ -258,8 +260,13 @@ class Report:
         if self.summary:
             lines += ["why ranks waited", *[f"  {line}" for line in self.summary], ""]
         if self.seen_latency:
-            lines.append("release to seen, for waits already polling when the release was issued")
-            for row in self.seen_latency:
+            shown = self.seen_latency
+            heading = "release to seen, for waits already polling when the release was issued"
+            if len(shown) > TABLE_LATENCY_ROWS:
+                shown = sorted(shown, key=lambda r: -r["median_ns"])[:TABLE_LATENCY_ROWS]
+                heading += f" (the {len(shown)} slowest of {len(self.seen_latency)} pairs by median)"
+            lines.append(heading)
+            for row in shown:
                 lines.append(
                     f"  rank {row['releaser_rank']} -> rank {row['rank']}: {row['waits']} "
                     f"wait{'s' if row['waits'] != 1 else ''}, "

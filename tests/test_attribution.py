@@ -269,3 +269,21 @@ def test_seen_latency_counts_only_waits_that_were_polling_when_the_release_was_i
     ]
     table = analyze(events, 2).format_table()
     assert "  rank 0 -> rank 1: 2 waits, min 0.0 us, median 0.0 us" in table
+
+
+def test_the_table_shows_the_slowest_pairs_when_there_are_many():
+    specs = []
+    for source in range(5):
+        for rank in range(5):
+            if source != rank:
+                address = 0x100 * (source * 8 + rank)
+                specs.append((schema.SIGNAL, source, 0, 10, 20, signal_to(rank, address=address)))
+                seen = 1020 + 100 * source + rank  # 1000 + 100 * source + rank after the issue
+                specs.append((schema.WAIT_UNTIL, rank, 1, 0, seen, wait_for(address=address)))
+    report = analyze(make_events(*specs), 5)
+    assert len(report.seen_latency) == 20
+    table = report.format_table().splitlines()
+    at = next(i for i, line in enumerate(table) if line.startswith("release to seen"))
+    assert table[at].endswith("(the 12 slowest of 20 pairs by median)")
+    assert table[at + 1] == "  rank 4 -> rank 3: 1 wait, min 1.4 us, median 1.4 us"
+    assert table[at + 13] == ""

@@ -4,7 +4,7 @@ set -u
 export PYTHONPATH=$PWD IRIS_BACKEND=cuda PYTHONUNBUFFERED=1
 nvidia-smi -L
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'gpus', torch.cuda.device_count())"
-timeout 120 python scripts/inspect_ptx.py
+timeout 120 python tests/codegen/inspect_ptx.py
 n=${1:-2}
 fails=0
 for example in examples/0*.py; do

@@ -4,9 +4,9 @@ import os
 import re
 
 import pytest
-from offline import run_cuda_script, scripts_importable
+from offline import codegen_importable, run_cuda_script
 
-with scripts_importable():
+with codegen_importable():
     from ptx_flow import barriers_in_loops, barriers_in_multi_entry_loops
 
 pytestmark = pytest.mark.codegen
@@ -76,7 +76,7 @@ def test_tracing_compiled_out_is_the_same_code_as_no_tracing(ptx_report):
 
 
 def test_no_cta_barrier_sits_in_a_loop_with_two_entries(ptx_report):
-    # Irreducible loops with barriers hung a spinlock on Hopper (scripts/inspect_ptx.py says how).
+    # Irreducible loops with barriers hung a spinlock on Hopper (tests/codegen/inspect_ptx.py says how).
     assert ptx_report["barriers_in_multi_entry_loops"] == "{}"
 
 

@@ -3,7 +3,7 @@
 Needs no GPU: it catches kernels that only the interpreter accepts, and shows
 that flat collectives keep 16-byte vector accesses after heap translation.
 
-    IRIS_BACKEND=cuda python scripts/compile_ccl.py [fp32 bf16] [--dump DIR]
+    IRIS_BACKEND=cuda python tests/codegen/compile_ccl.py [fp32 bf16] [--dump DIR]
 
 ``--dump`` writes each kernel's instruction stream to ``DIR/<name>.ptx`` (as
 ``inspect_ptx.py --dump``), so a change that must not alter code is checked by a diff.

@@ -11,7 +11,7 @@ It then checks that a consumer can share SMs with the GEMM
 compiled to cubins with the specialisation a launch gives them, must split an
 SM's registers between them (``iris.ops.config.split_sm_registers``).
 
-    IRIS_BACKEND=cuda python scripts/compile_ops_kernels.py [--dump DIR]
+    IRIS_BACKEND=cuda python tests/codegen/compile_ops_kernels.py [--dump DIR]
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ barriers sit in loops of more than one entry (the atomics' barriers in a
 compare-and-swap retry loop; 0 expected with every op routed across). No GPU is needed;
 NVSHMEM's bitcode is (``NVSHMEM_LIB_DIR``, or the ``nvidia-nvshmem-cu13`` wheel).
 
-    IRIS_BACKEND=cuda NVSHMEM_LIB_DIR=... python scripts/compile_crossnode.py [--nodes-of-one]
+    IRIS_BACKEND=cuda NVSHMEM_LIB_DIR=... python tests/codegen/compile_crossnode.py [--nodes-of-one]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ if "--nodes-of-one" in sys.argv:
     os.environ.update(IRIS_RANKS_PER_NODE="1", WORLD_SIZE="2")
 else:
     os.environ["IRIS_CROSS_NODE_ALWAYS"] = "1"
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: the kernels
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import triton

@@ -3,8 +3,8 @@
 Needs no GPU: Triton compiles to PTX offline. It shows whether heap translation
 keeps 16-byte vector accesses and which scope the atomics and flag reads use.
 
-    IRIS_BACKEND=cuda python scripts/inspect_ptx.py
-    IRIS_BACKEND=cuda python scripts/inspect_ptx.py --dump /tmp/ptx   (also each kernel's instructions)
+    IRIS_BACKEND=cuda python tests/codegen/inspect_ptx.py
+    IRIS_BACKEND=cuda python tests/codegen/inspect_ptx.py --dump /tmp/ptx   (also each kernel's instructions)
 
 ``tracing_switch_reads`` counts a traced loop of puts' reads of tracing's run-time
 switch, and how many of them sit inside the loop (0: read once per kernel);

@@ -430,6 +430,7 @@ def analyze(
     top: int = 10,
     notes: list[str] | None = None,
     releaser: np.ndarray | None = None,
+    causes: dict[str, np.ndarray] | None = None,
 ) -> Report:
     """Compute, communication, overlap, stall and idle time per SM, per rank and overall,
     and why ranks waited.
@@ -438,7 +439,8 @@ def analyze(
     clock (``Trace.events``), in any order; ``notes`` go to the top of the report
     (:func:`analyze_trace` fills them from the trace's metadata). ``releaser`` is
     :func:`~iris_trace.matching.match_releasers` of ``events`` where the caller has it
-    (``Trace.releasers``); it is computed here otherwise.
+    (``Trace.releasers``), and ``causes`` :func:`~iris_trace.attribution.attribute_waits`
+    of them (``Trace.wait_causes``); each is computed here otherwise.
 
     Example:
         >>> report = analyze(trace.events, trace.world_size, trace.scope_names, top=5)
@@ -485,7 +487,8 @@ def analyze(
 
     if releaser is None:
         releaser = match_releasers(events)  # one matching serves the three analyses below
-    causes = attribute_waits(events, releaser)
+    if causes is None:
+        causes = attribute_waits(events, releaser)
     groups = wait_groups(events, causes, scope_names)
     lifecycle = lifecycle_summary(tile_lifecycles(events, releaser))
     path = critical_path(events, releaser)
@@ -544,4 +547,5 @@ def analyze_trace(trace, top: int = 10) -> Report:
         top=top,
         notes=trace_notes(trace),
         releaser=trace.releasers,
+        causes=trace.wait_causes,
     )

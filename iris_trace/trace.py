@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .attribution import attribute_waits
 from .clock import ClockFit, fit_all
 from .events import EVENT_DTYPE, upgrade
 from .lanes import assign_lanes
@@ -199,6 +200,17 @@ class Trace:
             >>> waits = np.flatnonzero(trace.releasers >= 0)
         """
         return match_releasers(self.events)
+
+    @functools.cached_property
+    def wait_causes(self) -> dict[str, np.ndarray]:
+        """Why each wait waited (:func:`~iris_trace.attribution.attribute_waits`), computed once per trace.
+
+        The report and the exporters (which show each wait's split as arguments) share it.
+
+        Example:
+            >>> trace.wait_causes["computing_ns"].sum()   # wait time spent on producers computing
+        """
+        return attribute_waits(self.events, self.releasers)
 
     @functools.cached_property
     def lanes(self) -> np.ndarray:

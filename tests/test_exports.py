@@ -337,3 +337,35 @@ def test_ranks_on_one_clock_get_no_fitted_offset():
     ranks[1].clock_domain = "gpu:two"
     separate = Trace(ranks)
     assert separate.clock_fits[1].offset_ns == 495.0 and not separate.clock_fits[1].shared_clock
+
+
+#: The wait of ROWS (rank 1, 5-45 ns), released by rank 0's signal (30-40) while its SM's scope ran:
+#: nothing had ended before the release, its SM pushed 10 ns (the put at 10-20) and idled 15.
+WAIT_SPLIT = {
+    "computing_ns": 0,
+    "releaser_waiting_ns": 0,
+    "not_released_ns": 15,
+    "in_flight_ns": 20,
+    "late_look_ns": 5,
+}
+
+
+def test_perfetto_waits_carry_why_they_waited(exported):
+    _, trace, _ = exported
+    arg_names = {}
+    for packet in trace.packet:
+        for entry in packet.interned_data.debug_annotation_names:
+            arg_names[entry.iid] = entry.name
+    wait = next(b for name, b, _ in slices_by_track(trace) if name == "wait_until")
+    args = {arg_names[a.name_iid]: a.int_value for a in wait.track_event.debug_annotations}
+    assert {part: args[part] for part in WAIT_SPLIT} == WAIT_SPLIT
+    put = next(b for name, b, _ in slices_by_track(trace) if name == "put")
+    assert not {arg_names[a.name_iid] for a in put.track_event.debug_annotations} & set(WAIT_SPLIT)
+
+
+def test_chrome_json_waits_carry_why_they_waited(tmp_path):
+    write_chrome_json(make_trace(ROWS), str(tmp_path / "t.json"))
+    slices = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    (wait,) = [e for e in slices if e["name"] == "wait_until"]
+    assert {part: wait["args"][part] for part in WAIT_SPLIT} == WAIT_SPLIT
+    assert all("late_look_ns" not in e["args"] for e in slices if e["name"] != "wait_until")

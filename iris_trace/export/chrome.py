@@ -15,7 +15,7 @@ import numpy as np
 
 from ..events import event_name, lane_name
 from ..trace import Trace
-from .common import ARGS, counter_rows, trace_metadata
+from .common import ARGS, WAIT_ARGS, counter_rows, trace_metadata, wait_split
 
 LANES_PER_SM = 64
 
@@ -32,6 +32,7 @@ def write_chrome_json(trace: Trace, path: str, chunk_events: int = 1 << 18, prog
     tids = events["cu_id"].astype(np.int64) * LANES_PER_SM + trace.lanes
     releasers = trace.releasers
     waits = np.flatnonzero(releasers >= 0)
+    split = wait_split(trace, waits)
     names = {int(e): event_name(int(e), trace.scope_names) for e in np.unique(events["event_id"])}
     with open(path, "w") as f:
         f.write('{"displayTimeUnit": "ns",\n"metadata": ')
@@ -40,7 +41,8 @@ def write_chrome_json(trace: Trace, path: str, chunk_events: int = 1 << 18, prog
         f.write(",\n".join(_metadata_events(trace, events, tids)))
         for lo in range(0, len(events), chunk_events):
             hi = min(lo + chunk_events, len(events))
-            f.write(",\n" + ",\n".join(_slices(events[lo:hi], tids[lo:hi], base, names)))
+            released = _split_by_row(waits, split, lo, hi)
+            f.write(",\n" + ",\n".join(_slices(events[lo:hi], tids[lo:hi], base, names, released)))
             if progress is not None:
                 progress(hi - lo)
         if len(waits):
@@ -94,7 +96,18 @@ def _metadata_events(trace: Trace, events: np.ndarray, tids: np.ndarray) -> list
     return lines
 
 
-def _slices(chunk: np.ndarray, tids: np.ndarray, base: int, names: dict[int, str]) -> list[str]:
+def _split_by_row(waits: np.ndarray, split: dict, lo: int, hi: int) -> dict[int, dict[str, int]]:
+    # The split of each released wait among events [lo, hi), by its row in that chunk.
+    a, b = np.searchsorted(waits, (lo, hi))
+    parts = {part: split[part][a:b].tolist() for part in WAIT_ARGS.values()}
+    rows = (waits[a:b] - lo).tolist()
+    return {row: {part: column[k] for part, column in parts.items()} for k, row in enumerate(rows)}
+
+
+def _slices(
+    chunk: np.ndarray, tids: np.ndarray, base: int, names: dict[int, str], released: dict
+) -> list[str]:
+    # ``released``: by row of the chunk, the split of each wait that has a releaser.
     start = chunk["start_ns"] - base
     duration = np.maximum(chunk["end_ns"] - chunk["start_ns"], 0)
     columns = [chunk[field].tolist() for field in ARGS.values()]
@@ -107,6 +120,8 @@ def _slices(chunk: np.ndarray, tids: np.ndarray, base: int, names: dict[int, str
         zip(chunk["event_id"].tolist(), chunk["cur_rank"].tolist(), tids.tolist(), _us(start), _us(duration))
     ):
         args = ", ".join(f'"{name}": {column[i]}' for name, column in zip(arg_names, columns))
+        if i in released:
+            args += "".join(f', "{part}": {ns}' for part, ns in released[i].items())
         lines.append(
             f'{{"ph": "X", "cat": "iris", "name": "{names[event_id]}", "pid": {rank}, "tid": {tid}, '
             f'"ts": {ts}, "dur": {dur}, "args": {{{args}}}}}'

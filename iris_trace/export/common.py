@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..attribution import PARTS
 from ..events import RELEASE_EVENTS
 from ..trace import Trace
 
@@ -24,6 +25,9 @@ ARGS = {
     9: "cu_id",
     10: "path",  # 0: through a mapped pointer (same node), 1: the cross-node path
 }
+#: Debug-annotation name ids of a released wait's split (``Trace.wait_causes``), after ARGS's:
+#: why it waited, shown on the wait itself.
+WAIT_ARGS = {11 + i: part for i, part in enumerate(p for p in PARTS if p != "unattributed_ns")}
 #: Bins of the bytes-moved counter over the whole trace.
 COUNTER_BINS = 1000
 #: Events read at a time by the counter pass (about 4 MiB of records): its work per slice is
@@ -106,3 +110,15 @@ def _histogram(values: np.ndarray, edges: np.ndarray, weights: np.ndarray) -> np
         (values.searchsorted(edges[:-1], "left"), values.searchsorted(edges[-1:], "right"))
     )
     return np.diff(cumulative[at_edges])
+
+
+def wait_split(trace: Trace, waits: np.ndarray) -> dict[str, np.ndarray]:
+    """The split (:data:`WAIT_ARGS`) of the waits at the sorted event indices ``waits``, which have releasers.
+
+    Example:
+        >>> split = wait_split(trace, np.flatnonzero(trace.releasers >= 0))
+        >>> split["computing_ns"][0]   # ns of the first released wait spent on its producer computing
+    """
+    causes = trace.wait_causes
+    at = np.searchsorted(causes["index"], waits)
+    return {part: causes[part][at] for part in WAIT_ARGS.values()}

@@ -2,10 +2,11 @@
 
 Layout: one process track per rank ("rank 0 · NVIDIA H200"), one child track per
 SM lane ("SM 12", "SM 12 · lane 1" where CTAs overlap; copy-engine puts on
-"copy engine → rank 2"), a slice per op with its
-fields as args, a "bytes moved" counter track per rank, flow arrows from the op
-that released each wait to that wait, and a "trace metadata" instant carrying
-world size, devices, dropped events, clock offsets and residuals, and the command.
+"copy engine → rank 2"), a slice per op with its fields as args (a released wait
+also its split, ``common.WAIT_ARGS``: why it waited), a "bytes moved" counter track
+per rank, flow arrows from the op that released each wait to that wait, and a
+"trace metadata" instant carrying world size, devices, dropped events, clock offsets
+and residuals, and the command.
 
 Descriptors, interned names and metadata are built with the perfetto package's
 message classes and streaming builder; the millions of slice packets are
@@ -34,7 +35,7 @@ from ..events import EVENT_NAMES, SCOPE_BASE, event_name, lane_name
 from ..lanes import stable_order
 from ..trace import Trace
 from . import wire
-from .common import ARGS, counter_rows, trace_metadata
+from .common import ARGS, WAIT_ARGS, counter_rows, trace_metadata, wait_split
 
 SEQUENCE_ID = 1
 METADATA_TRACK = 1
@@ -47,6 +48,7 @@ BLOCK_ROWS = 8192
 SLICE_EVENTS = 1 << 14
 
 _BEGIN, _END, _INSTANT, _COUNTER = 1, 2, 3, 4
+_PARTS = tuple(WAIT_ARGS.values())
 _NEEDS_STATE = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 
 
@@ -86,7 +88,7 @@ def write_perfetto(trace: Trace, path: str, chunk_events: int = 1 << 20, progres
         tracks = _write_descriptors(builder, trace, events, lanes)
         _write_interned(builder, trace)
         _write_metadata(builder, trace, base)
-        writer = _SliceWriter(f, events, lanes, base, waits, sources)
+        writer = _SliceWriter(f, events, lanes, base, waits, sources, wait_split(trace, waits))
         lo = 0
         while lo < len(events):
             hi = writer.chunk_end(lo, chunk_events)
@@ -179,7 +181,7 @@ def _write_interned(builder, trace: Trace) -> None:
     for iid, name in sorted(names.items()):
         entry = packet.interned_data.event_names.add()
         entry.iid, entry.name = iid, name
-    for iid, name in ARGS.items():
+    for iid, name in {**ARGS, **WAIT_ARGS}.items():
         entry = packet.interned_data.debug_annotation_names.add()
         entry.iid, entry.name = iid, name
     builder.write_packet(packet)
@@ -220,8 +222,9 @@ class _SliceWriter:
     #: Layouts kept (each with a block of rows); more than this and the cache starts over.
     MAX_LAYOUTS = 32
 
-    def __init__(self, f, events, lanes, base, waits, sources):
-        """``waits``: sorted indices of the waits that have a releaser, ``sources`` their releasers.
+    def __init__(self, f, events, lanes, base, waits, sources, split):
+        """``waits``: sorted indices of the waits that have a releaser, ``sources`` their releasers,
+        ``split`` their split into parts (one array per :data:`WAIT_ARGS` name, in ``waits`` order).
 
         Flow ids are the wait's index + 1. Flows are kept by source, in wait order within
         a source: the k-th flow leaving an event goes into its k-th ``flow_ids`` field.
@@ -231,6 +234,7 @@ class _SliceWriter:
         self.lanes = lanes
         self.base = base
         self.waits = waits
+        self.split = split
         order = np.argsort(sources, kind="stable")
         self.flow_sources = sources[order]
         self.flow_ids = (waits[order] + 1).astype(np.uint64)
@@ -336,9 +340,13 @@ class _SliceWriter:
                 columns["address"] = np.maximum(records["address"], 0)  # compute scopes have none (-1)
                 for k in range(flows):
                     columns[f"flow{k}"] = outgoing[k].take(block)
-                if ends_here:
+                if ends_here:  # a released wait: its flow ends here, and its split is shown
                     columns["terminating"] = terminating.take(block)
-                self._write((kind, flows, ends_here), columns, varints, layout)
+                    at = np.searchsorted(self.waits, columns["terminating"].astype(np.int64) - 1)
+                    for part in WAIT_ARGS.values():
+                        columns[part] = self.split[part][at]
+                fields = varints + _PARTS if ends_here else varints
+                self._write((kind, flows, ends_here), columns, fields, layout)
 
     def write_counters(self, counters) -> None:
         times, tracks, values = counters
@@ -407,6 +415,10 @@ def _opening_layout(kind: int, widths: dict, flows: int, ends_here: bool) -> wir
         # DebugAnnotation field 7 (pointer_value) shows in hex, 4 (int_value) in decimal.
         value_field = 7 if field == "address" else 4
         event.message(4, annotation.key(value_field, wire.VARINT).varint(field, widths[field]))
+    if ends_here:
+        for iid, part in WAIT_ARGS.items():
+            annotation = wire.Layout().key(1, wire.VARINT).constant(bytes([iid]))
+            event.message(4, annotation.key(4, wire.VARINT).varint(part, widths[part]))
     for k in range(flows):
         event.key(47, wire.FIXED64).fixed64(f"flow{k}")
     if ends_here:

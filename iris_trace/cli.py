@@ -151,14 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     reporting = commands.add_parser(
         "report",
         help="why ranks waited, and per-rank and per-SM overlap and stall tables",
-        description="Why ranks waited (in words), per rank and per SM compute, communication, wait, "
-        "overlap, stall and idle time, the longest stalls with what released them, the critical path.",
+        description="Why ranks waited (in words), how soon each rank saw each other rank's releases, per "
+        "rank and per SM compute, communication, wait, overlap, stall and idle time, the longest stalls "
+        "with what released them, the critical path.",
         epilog=legend,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     reporting.add_argument("files", nargs="+", help="one rank<N>.npz per rank")
     reporting.add_argument("--json", help="write the report as JSON")
-    reporting.add_argument("--csv", help="write per_sm.csv, per_rank.csv and top_stalls.csv into this folder")
+    reporting.add_argument(
+        "--csv",
+        help="write per_sm.csv, per_rank.csv, top_stalls.csv, wait_causes.csv and seen_latency.csv "
+        "into this folder",
+    )
     reporting.add_argument("--top", type=int, default=10, help="how many of the longest stalls to list")
     reporting.set_defaults(run=report)
     plotting = commands.add_parser(

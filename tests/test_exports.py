@@ -159,12 +159,18 @@ def test_perfetto_slices_nest_and_match_the_events(exported):
     assert durations == sorted(e - s for *_, s, e, _, _, _ in ROWS)
 
 
+def interned_arg_names(trace) -> dict[int, str]:
+    """Debug-annotation names by interned id."""
+    return {
+        entry.iid: entry.name
+        for packet in trace.packet
+        for entry in packet.interned_data.debug_annotation_names
+    }
+
+
 def test_perfetto_slice_args_carry_the_event_fields(exported):
     _, trace, _ = exported
-    arg_names = {}
-    for packet in trace.packet:
-        for entry in packet.interned_data.debug_annotation_names:
-            arg_names[entry.iid] = entry.name
+    arg_names = interned_arg_names(trace)
     put = next(b for name, b, d in slices_by_track(trace) if name == "put" and d == 10)
     args = {arg_names[a.name_iid]: a.int_value for a in put.track_event.debug_annotations}
     pointers = {arg_names[a.name_iid]: a.pointer_value for a in put.track_event.debug_annotations}
@@ -352,10 +358,7 @@ WAIT_SPLIT = {
 
 def test_perfetto_waits_carry_why_they_waited(exported):
     _, trace, _ = exported
-    arg_names = {}
-    for packet in trace.packet:
-        for entry in packet.interned_data.debug_annotation_names:
-            arg_names[entry.iid] = entry.name
+    arg_names = interned_arg_names(trace)
     wait = next(b for name, b, _ in slices_by_track(trace) if name == "wait_until")
     args = {arg_names[a.name_iid]: a.int_value for a in wait.track_event.debug_annotations}
     assert {part: args[part] for part in WAIT_SPLIT} == WAIT_SPLIT

@@ -129,7 +129,7 @@ class Iris:
         if staging_pieces:
             area, flags = (self.heap.reserve(*piece) for piece in staging_pieces)
             staging = {layout.STAGING_AREA: area.data_ptr(), layout.STAGING_FLAGS: flags.data_ptr()}
-            staging.update({layout.STAGING_COUNT: area.shape[0], layout.STAGING_BYTES: area.shape[1]})
+            staging[layout.STAGING_COUNT] = area.shape[0]
             for slot, value in staging.items():
                 context[layout.staging_slot(self.num_ranks, slot)] = value
         self._device_context = torch.tensor(context, dtype=torch.int64, device=device)

@@ -122,7 +122,7 @@ def staging_pieces(sm_count: int) -> list[tuple[tuple[int, ...], torch.dtype]]:
 @triton.jit
 def _claim_staging(heap_bases):
     # A free staging slot for this CTA, held until _release_staging: (its index, its address).
-    area, flags, count, _ = layout.staging(heap_bases)
+    area, flags, count = layout.staging(heap_bases)
     slot = hw.sm_id() % count
     while tl.atomic_cas(flags + slot, 0, 1, sem="acquire", scope="gpu") != 0:
         slot = (slot + 1) % count
@@ -132,7 +132,7 @@ def _claim_staging(heap_bases):
 @triton.jit
 def _release_staging(heap_bases, slot):
     # Every thread is done with the slot (a CTA barrier), then it is free again.
-    _, flags, _, _ = layout.staging(heap_bases)
+    _, flags, _ = layout.staging(heap_bases)
     tl.debug_barrier()
     tl.atomic_xchg(flags + slot, 0, sem="release", scope="gpu")
 

@@ -43,10 +43,11 @@ HEADER_SLOTS = 2
 TRACING_SLOTS = schema.TRACING_SLOTS
 #: Slots of wait timeouts and the flight recorder (``iris.device.flight.SLOT_*``).
 FLIGHT_SLOTS = 7
-#: Slots of the cross-node staging area: its address, its claim flags' address, how many
-#: slots it has and the bytes of each (``STAGING_*`` below; see :mod:`iris.device.crossnode`).
-STAGING_SLOTS = 4
-STAGING_AREA, STAGING_FLAGS, STAGING_COUNT, STAGING_BYTES = range(STAGING_SLOTS)
+#: Slots of the cross-node staging area: its address, its claim flags' address and how many
+#: slots it has (``STAGING_*`` below; the bytes of each are a constant,
+#: ``iris.device.crossnode.STAGING_SLOT_BYTES``).
+STAGING_SLOTS = 3
+STAGING_AREA, STAGING_FLAGS, STAGING_COUNT = range(STAGING_SLOTS)
 
 # Constexpr copies for kernels: slots before heap_bases, counted back from it.
 _HEADER: tl.constexpr = tl.constexpr(HEADER_SLOTS)
@@ -58,7 +59,6 @@ _FLIGHT_SLOTS: tl.constexpr = tl.constexpr(FLIGHT_SLOTS)
 _STAGING_AREA: tl.constexpr = tl.constexpr(STAGING_AREA)
 _STAGING_FLAGS: tl.constexpr = tl.constexpr(STAGING_FLAGS)
 _STAGING_COUNT: tl.constexpr = tl.constexpr(STAGING_COUNT)
-_STAGING_BYTES: tl.constexpr = tl.constexpr(STAGING_BYTES)
 CROSS_NODE_ALWAYS: tl.constexpr = tl.constexpr(_CROSS_NODE_ALWAYS)
 
 
@@ -243,14 +243,13 @@ def flight_slots(heap_bases):
 
 @triton.jit
 def staging(heap_bases):
-    """``(area address, claim flags, slot count, bytes per slot)`` of the cross-node staging area.
+    """``(area address, claim flags, slot count)`` of the cross-node staging area.
 
     Example:
-        >>> area, flags, count, slot_bytes = layout.staging(heap_bases)
+        >>> area, flags, count = layout.staging(heap_bases)
     """
     slots = flight_slots(heap_bases) + _FLIGHT_SLOTS + 1
     area = tl.load(slots + _STAGING_AREA).to(tl.int64, bitcast=True)
     flags = tl.load(slots + _STAGING_FLAGS).to(tl.int64, bitcast=True).to(tl.pointer_type(tl.int32))
     count = tl.load(slots + _STAGING_COUNT).to(tl.int64, bitcast=True).to(tl.int32)
-    slot_bytes = tl.load(slots + _STAGING_BYTES).to(tl.int64, bitcast=True)
-    return area, flags, count, slot_bytes
+    return area, flags, count

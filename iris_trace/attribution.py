@@ -174,6 +174,19 @@ def _communicating(events, kind, source, lo, hi) -> np.ndarray:
     return cover.length_within((0,), sm[source], lo, hi)
 
 
+def step_held_up(split):
+    """Whether the releaser's last step held the wait up: it was still running when the wait began.
+
+    ``split`` holds a wait's parts (a row of :func:`attribute_waits`, or its columns: then
+    one answer per wait). A step that had ended before the wait began is not its cause.
+
+    Example:
+        >>> step_held_up(report.top_stalls[0])
+        True
+    """
+    return split["computing_ns"] + split["releaser_waiting_ns"] > 0
+
+
 def wait_groups(
     events: np.ndarray, causes: dict[str, np.ndarray], scope_names: dict[int, str] | None = None
 ) -> list[dict]:
@@ -191,11 +204,11 @@ def wait_groups(
     rows: dict[tuple, dict] = {}
     totals: dict[int, int] = {}
     length = causes["end_ns"] - causes["start_ns"]
+    held_up = step_held_up(causes)
     for i in range(len(causes["index"])):
         rank = int(causes["rank"][i])
         source = int(causes["releaser"][i])
-        held_up = causes["computing_ns"][i] + causes["releaser_waiting_ns"][i] > 0
-        step = int(causes["producer"][i]) if held_up else -1
+        step = int(causes["producer"][i]) if held_up[i] else -1
         key = (
             rank,
             event_name(int(causes["event_id"][i]), scope_names),

@@ -26,6 +26,7 @@ import textwrap
 import numpy as np
 
 from .analysis import analyze
+from .attribution import step_held_up
 from .events import EVENT_DTYPE
 from .intervals import Coverage
 from .matching import COMM, COMPUTE, WAIT, categories, sm_index
@@ -292,7 +293,7 @@ def timeline(
             if stall["releaser_rank"] is not None
             else "released by nothing traced"
         )
-        if stall["producer"] and stall["computing_ns"] + stall["releaser_waiting_ns"] > 0:
+        if stall["producer"] and step_held_up(stall):
             released += f" after {stall['producer']}"  # named only where it held the wait up
         captions.append(
             f"{number}: rank {stall['rank']} SM {stall['cu_id']} {stall['op']} "

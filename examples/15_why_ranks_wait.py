@@ -50,8 +50,13 @@ def produce_or_consume(
 def main() -> int:
     ctx = iris.iris(heap_size=1 << 26)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
-    # Under emulation every op costs the interpreter milliseconds: the slow tile must outweigh them.
-    slow_steps = 1 << 16 if iris.BACKEND == "cuda" else 2000
+    # The slow tile must outlast whatever else delays a peer: under emulation every op costs
+    # the interpreter milliseconds, and ranks sharing a GPU take turns of about 2 ms (a
+    # producer that finishes within its turn leaves its peers nothing to wait for).
+    if iris.BACKEND != "cuda":
+        slow_steps = 2000
+    else:
+        slow_steps = 1 << 22 if ctx.gpu_shared else 1 << 16
     tiles = ctx.zeros(NUM_TILES * BLOCK)
     inbox = ctx.zeros(NUM_TILES * BLOCK)
     flags = ctx.zeros(NUM_TILES, dtype=torch.int32)

@@ -71,7 +71,8 @@ def main() -> int:
         sums.fill_(float("nan"))
         ctx.barrier()
         # Ranks leave a host barrier at different times; a device barrier just before the
-        # launch starts them together, so the waits show the tile, not the start skew.
+        # launch brings their starts within tens of microseconds (the launches still leave
+        # the hosts apart), far less than the slow tile, so the waits show the tile.
         ctx.device_barrier()
         ctx.tracing.reset()  # stream-ordered: the trace keeps only this launch
         produce_or_consume[(1,)](

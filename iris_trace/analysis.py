@@ -98,7 +98,10 @@ STALL_FIELDS = (
     "producer_end_ns",
     *PARTS,
 )
-SEEN_LATENCY_FIELDS = ("releaser_rank", "rank", "waits", "min_ns", "median_ns")
+SEEN_LATENCY_FIELDS = (
+    "releaser_rank", "rank", "waits", "min_ns", "median_ns",
+    "slowest_ns", "slowest_address", "slowest_waits", "slowest_is_first",
+)  # fmt: skip
 #: What each column of the report means (``iris-trace report --help`` and the table's legend).
 LEGEND = {
     "compute": "time inside compute scopes (trace_begin/trace_end, e.g. GEMM tiles)",
@@ -110,7 +113,8 @@ LEGEND = {
     "ratio": "HTA overlap ratio: compute during communication or waits / communication or waits",
     "released by": "the op that set the flag the wait saw (rank, SM, op, start from window start)",
     "release to seen": "wait end minus the release's issue time, for waits already polling then: the "
-    "flag's way to the waiter plus one poll (a few us between GPUs over NVLink)",
+    "flag's way to the waiter plus one poll (a few us between GPUs over NVLink); a release seen 10 us "
+    "or more later than the pair's fastest is named, with whether it was the releaser's first to that rank",
     "computing / not sent / in flight / late look": "the stall split (iris_trace.attribution): the "
     "producer still computing; the releaser not releasing yet (itself waiting, or doing untraced "
     "work, or nothing traced released it); data and flag being sent, until the release was issued; the "
@@ -121,6 +125,9 @@ CRITICAL_PATH_GAP_NS = 1000
 CRITICAL_PATH_GAP_WORDS = "with nothing traced on the path (host code, untraced work)"
 #: Rows of the release-to-seen section of :meth:`Report.format_table` (JSON and CSV have all).
 TABLE_LATENCY_ROWS = 12
+#: A pair's slowest release is named in the table when it was seen this much later than
+#: the pair's fastest wait: one flag held up, not a slow link.
+SLOW_RELEASE_SPREAD_NS = 10_000
 #: Rows of the per-SM section of :meth:`Report.format_table`.
 TABLE_SM_ROWS = 20
 
@@ -267,11 +274,20 @@ class Report:
                 heading += f" (the {len(shown)} slowest of {len(self.seen_latency)} pairs by median)"
             lines.append(heading)
             for row in shown:
-                lines.append(
+                line = (
                     f"  rank {row['releaser_rank']} -> rank {row['rank']}: {row['waits']} "
                     f"wait{'s' if row['waits'] != 1 else ''}, "
                     f"min {us(row['min_ns'])} us, median {us(row['median_ns'])} us"
                 )
+                if row["slowest_ns"] - row["min_ns"] >= SLOW_RELEASE_SPREAD_NS:
+                    waits = row["slowest_waits"]
+                    first = f"; rank {row['releaser_rank']}'s first release to rank {row['rank']}"
+                    first = first if row["slowest_is_first"] else ""
+                    line += (
+                        f"; slowest release {us(row['slowest_ns'])} us ({hex(row['slowest_address'])}, "
+                        f"seen by {waits} wait{'s' if waits != 1 else ''}{first})"
+                    )
+                lines.append(line)
             lines.append("")
         lines.append("per rank")
         headers = ["rank", "compute", "comm", "wait", "overlap", "stall", "idle", "ratio", "bytes"]

@@ -248,12 +248,19 @@ def seen_latency(events: np.ndarray, causes: dict[str, np.ndarray]) -> list[dict
     way or the clocks' alignment is off there, and a negative one that the alignment is.
     It is what a *late look* is made of when the waiter was not late.
 
+    Many waits can watch one release (every pusher of a kernel polls the peer's entry
+    flag), so each row also names its slowest release, timed by the first of its waits
+    to see it: its heap ``address``, how many waits saw it, and whether it was the
+    releaser's first release to that rank in the trace (on GPUs a launch's first remote
+    flag has been seen to arrive about 100 us late; docs/tracing.md).
+
     Returns one row per pair with such waits, ordered by (releaser rank, rank):
-    ``releaser_rank``, ``rank``, ``waits``, ``min_ns``, ``median_ns``.
+    ``releaser_rank``, ``rank``, ``waits``, ``min_ns``, ``median_ns``, ``slowest_ns``,
+    ``slowest_address``, ``slowest_waits``, ``slowest_is_first``.
 
     Example:
-        >>> seen_latency(trace.events, attribute_waits(trace.events))[0]
-        {'releaser_rank': 0, 'rank': 1, 'waits': 512, 'min_ns': 1216, 'median_ns': 1984}
+        >>> seen_latency(trace.events, attribute_waits(trace.events))[0]["median_ns"]
+        1984
     """
     source = causes["releaser"]
     released = source >= 0
@@ -262,10 +269,20 @@ def seen_latency(events: np.ndarray, causes: dict[str, np.ndarray]) -> list[dict
     issued = np.maximum(events["end_ns"].astype(np.int64), starts)[safe]
     polling = released & (issued >= causes["start_ns"])
     latency = (causes["end_ns"] - issued)[polling]
-    pairs = np.stack([events["cur_rank"][safe][polling].astype(np.int64), causes["rank"][polling]], axis=1)
+    releases = source[polling]
+    pairs = np.stack([events["cur_rank"][releases].astype(np.int64), causes["rank"][polling]], axis=1)
+    is_release = np.isin(events["event_id"], list(RELEASE_EVENTS))
     rows = []
     for releaser_rank, rank in np.unique(pairs, axis=0).tolist() if len(pairs) else []:
-        mine = latency[(pairs[:, 0] == releaser_rank) & (pairs[:, 1] == rank)]
+        pair = (pairs[:, 0] == releaser_rank) & (pairs[:, 1] == rank)
+        mine = latency[pair]
+        watched, which = np.unique(releases[pair], return_inverse=True)
+        seen_first = np.full(len(watched), np.iinfo(np.int64).max)
+        np.minimum.at(seen_first, which, mine)
+        slowest = int(np.argmax(seen_first))
+        release = int(watched[slowest])
+        sent = is_release & (events["cur_rank"] == releaser_rank) & (events["target_rank"] == rank)
+        sent[release] = True  # whatever target it names, a release this wait saw was sent to it
         rows.append(
             {
                 "releaser_rank": releaser_rank,
@@ -273,6 +290,10 @@ def seen_latency(events: np.ndarray, causes: dict[str, np.ndarray]) -> list[dict
                 "waits": int(len(mine)),
                 "min_ns": int(mine.min()),
                 "median_ns": int(np.median(mine)),
+                "slowest_ns": int(seen_first[slowest]),
+                "slowest_address": int(events["address"][release]),
+                "slowest_waits": int(np.count_nonzero(which == slowest)),
+                "slowest_is_first": bool(starts[release] == starts[sent].min()),
             }
         )
     return rows

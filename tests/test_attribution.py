@@ -263,12 +263,46 @@ def test_seen_latency_counts_only_waits_that_were_polling_when_the_release_was_i
         (schema.WAIT_UNTIL, 0, 3, 0, 18, wait_for(address=0x200)),  # ends before the issue: clocks off
     )
     rows = seen_latency(events, attribute_waits(events))
-    assert rows == [
+    keys = ("releaser_rank", "rank", "waits", "min_ns", "median_ns")
+    assert [{key: row[key] for key in keys} for row in rows] == [
         {"releaser_rank": 0, "rank": 1, "waits": 2, "min_ns": 3, "median_ns": 6},
         {"releaser_rank": 1, "rank": 0, "waits": 1, "min_ns": -2, "median_ns": -2},
     ]
     table = analyze(events, 2).format_table()
-    assert "  rank 0 -> rank 1: 2 waits, min 0.0 us, median 0.0 us" in table
+    assert "  rank 0 -> rank 1: 2 waits, min 0.0 us, median 0.0 us\n" in table
+
+
+def test_seen_latency_names_a_release_seen_far_later_than_the_rest():
+    entry, tile = 0x300, 0x400
+    events = make_events(
+        (schema.SIGNAL, 0, 2, 0, 10, signal_to(1, address=entry)),  # rank 0's first release to rank 1
+        (schema.WAIT_UNTIL, 1, 5, 5, 40_010, wait_for(address=entry)),
+        (schema.WAIT_UNTIL, 1, 6, 5, 40_500, wait_for(address=entry)),
+        (schema.SIGNAL, 0, 2, 60_000, 60_010, signal_to(1, address=tile)),
+        (schema.WAIT_UNTIL, 1, 7, 50_000, 60_510, wait_for(address=tile)),  # seen 500 ns after issue
+    )
+    (row,) = seen_latency(events, attribute_waits(events))
+    # The entry flag is timed by the first of its two waits to see it.
+    assert row["slowest_ns"] == 40_000 and row["slowest_address"] == entry
+    assert row["slowest_waits"] == 2 and row["slowest_is_first"] is True
+    table = analyze(events, 2).format_table()
+    expected = (
+        "  rank 0 -> rank 1: 3 waits, min 0.5 us, median 40.0 us; slowest release 40.0 us "
+        "(0x300, seen by 2 waits; rank 0's first release to rank 1)"
+    )
+    assert expected in table.splitlines()
+
+
+def test_seen_latency_names_no_release_when_all_are_seen_alike():
+    events = make_events(
+        (schema.SIGNAL, 0, 2, 0, 10, signal_to(1, address=0x300)),
+        (schema.WAIT_UNTIL, 1, 5, 5, 3_010, wait_for(address=0x300)),
+        (schema.SIGNAL, 0, 2, 60_000, 60_010, signal_to(1, address=0x400)),
+        (schema.WAIT_UNTIL, 1, 7, 50_000, 60_510, wait_for(address=0x400)),
+    )
+    (row,) = seen_latency(events, attribute_waits(events))
+    assert row["slowest_ns"] == 3_000 and row["slowest_is_first"] is True
+    assert "slowest release" not in analyze(events, 2).format_table()
 
 
 def test_the_table_shows_the_slowest_pairs_when_there_are_many():

@@ -396,10 +396,18 @@ def test_auto_all_gather_matmul_fuses_from_eight_tiles_per_sm():
 
 def test_auto_reduce_scatter_uses_the_copy_engines_from_four_million_elements():
     cfg, op = FusedConfig(), "matmul_reduce_scatter"
-    for rows, cols, k in ((16384, 8192, 2048), (4096, 14336, 1024), (1024, 8192, 2048)):
-        assert choose_variant(cfg, rows, cols, k, 4, 132, op) == "copy_engine"
+    for rows, cols, k in ((16384, 8192, 2048), (4096, 14336, 1024), (4096, 8192, 2048)):
+        assert choose_variant(cfg, rows, cols, k, 4, 132, op) == "copy_engine"  # 2^22 or more per peer
+    for rows, cols, k in ((1024, 8192, 4096), (1024, 14336, 2048)):
+        assert choose_variant(cfg, rows, cols, k, 2, 132, op) == "copy_engine"  # one peer: the whole output
     assert choose_variant(cfg, 1024, 2048, 2048, 4, 132, op) == "unfused"  # 2^21 elements, under one wave
     assert choose_variant(cfg, 16384, 8192, 2048, 4, 8, op, interpreted=True) == "fused"
+
+
+def test_auto_reduce_scatter_with_small_blocks_per_peer_fuses_only_a_shallow_gemm():
+    cfg, op = FusedConfig(), "matmul_reduce_scatter"
+    assert choose_variant(cfg, 1024, 14336, 1024, 4, 132, op) == "fused"  # 3.5 Mi elements per peer, K 1024
+    assert choose_variant(cfg, 1024, 8192, 2048, 4, 132, op) == "unfused"  # 2 Mi elements per peer, K 2048
 
 
 def test_auto_never_picks_the_copy_engines_when_the_job_spans_nodes():

@@ -46,6 +46,19 @@ GATHER_MIN_TILES_PER_SM = 8.0
 #: another and the SM styles won (docs/fused.md). Before the replay they lost at
 #: 2^22-2^26 elements: that was the host's time to queue the steps.
 COPY_ENGINE_MIN_ELEMENTS = 1 << 22
+#: With three or more ranks, ``matmul_reduce_scatter`` uses the copy engines only where
+#: each peer's block (per-rank output elements / ranks) is at least this big: the copies
+#: to different peers run one after another, each paying its start. At 2^21 and 3.7 *
+#: 2^20 elements per peer (M = 1024 on four GPUs) they were the fastest style on 4 x H200
+#: by 2-7% in three runs, but on 4 x H100 the slowest, 0.98x and 0.95x against 1.03x
+#: unfused and 1.08x fused (benchmarks/results/fused_ops_h100x4.json); the SM styles stayed
+#: within 7% of them on H200s and never fell below 0.99x on either card.
+COPY_ENGINE_MIN_ELEMENTS_PER_PEER = 1 << 22
+#: ... and below that size it fuses only a shallow GEMM (per-rank K at most this), where
+#: the exchange is a large share of the call. Four GPUs, M = 1024: at K = 1024 fused beat
+#: cuBLAS plus ``ctx.ccl.reduce_scatter`` by 7-9% on both cards; at K = 2048 the latter won
+#: by about 4% in three runs (two cards) and lost by 1% in a fourth.
+REDUCE_SCATTER_FUSED_MAX_K = 1024
 #: ``matmul_all_gather`` (GEMM + all-scatter) for at most this many peers does not give SMs
 #: to communication (``workgroup_specialized``): with one peer a tile's push is short next
 #: to its GEMM, and every SM computing wins. Where the copy engines do not take it
@@ -506,7 +519,9 @@ def choose_variant(
     On GPUs it fuses when there is communication to hide (more than one rank) and
     enough work to hide it behind (see :data:`MIN_TILES_PER_SM`, :data:`MIN_K`;
     ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM`); ``matmul_reduce_scatter``
-    uses the copy engines from :data:`COPY_ENGINE_MIN_ELEMENTS`, except in jobs that span
+    uses the copy engines from :data:`COPY_ENGINE_MIN_ELEMENTS` (with three or more ranks
+    from :data:`COPY_ENGINE_MIN_ELEMENTS_PER_PEER` per peer, and below that it runs
+    unfused deeper than :data:`REDUCE_SCATTER_FUSED_MAX_K`), except in jobs that span
     nodes (``spans_nodes``): copy engines reach only this node's GPUs.
     With one peer, ``matmul_all_gather`` and ``all_gather_matmul`` use them too (below
     that size ``matmul_reduce_scatter`` runs unfused, and GEMM + all-scatter runs
@@ -530,7 +545,10 @@ def choose_variant(
     if world_size == 1 or k < MIN_K:
         return "unfused"
     if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS and not spans_nodes:
-        return COPY_ENGINE
+        if world_size == 2 or rows * cols // world_size >= COPY_ENGINE_MIN_ELEMENTS_PER_PEER:
+            return COPY_ENGINE
+        if k > REDUCE_SCATTER_FUSED_MAX_K:
+            return "unfused"
     tiles_per_sm = tile_count(rows, cols, 128, 128) / num_sms
     if world_size == 2 and op in (*COPY_ENGINE_OPS, "matmul_all_reduce"):
         one_peer = _one_peer_variant(op, rows * cols, k, tiles_per_sm, spans_nodes)

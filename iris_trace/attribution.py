@@ -268,32 +268,41 @@ def seen_latency(events: np.ndarray, causes: dict[str, np.ndarray]) -> list[dict
     starts = events["start_ns"].astype(np.int64)
     issued = np.maximum(events["end_ns"].astype(np.int64), starts)[safe]
     polling = released & (issued >= causes["start_ns"])
+    if not polling.any():
+        return []
     latency = (causes["end_ns"] - issued)[polling]
     releases = source[polling]
-    pairs = np.stack([events["cur_rank"][releases].astype(np.int64), causes["rank"][polling]], axis=1)
-    is_release = np.isin(events["event_id"], list(RELEASE_EVENTS))
+    # One pass over the waits, grouped by (releaser rank, rank), and one over the releases
+    # for each pair's earliest (a trace holds millions of events; pairs grow as ranks^2).
+    ranks = int(max(events["cur_rank"].max(), events["target_rank"].max(), causes["rank"].max())) + 1
+    pair_key = events["cur_rank"][releases].astype(np.int64) * ranks + causes["rank"][polling]
+    sent = np.flatnonzero(np.isin(events["event_id"], list(RELEASE_EVENTS)) & (events["target_rank"] >= 0))
+    sent_key = events["cur_rank"][sent].astype(np.int64) * ranks + events["target_rank"][sent]
+    first_sent = np.full(ranks * ranks, np.iinfo(np.int64).max)
+    np.minimum.at(first_sent, sent_key, starts[sent])
+    order = np.argsort(pair_key, kind="stable")
+    keys, bounds = np.unique(pair_key[order], return_index=True)
     rows = []
-    for releaser_rank, rank in np.unique(pairs, axis=0).tolist() if len(pairs) else []:
-        pair = (pairs[:, 0] == releaser_rank) & (pairs[:, 1] == rank)
-        mine = latency[pair]
-        watched, which = np.unique(releases[pair], return_inverse=True)
+    for key, lo, hi in zip(keys.tolist(), bounds, [*bounds[1:], len(order)]):
+        group = order[lo:hi]
+        mine = latency[group]
+        watched, which = np.unique(releases[group], return_inverse=True)
         seen_first = np.full(len(watched), np.iinfo(np.int64).max)
         np.minimum.at(seen_first, which, mine)
         slowest = int(np.argmax(seen_first))
         release = int(watched[slowest])
-        sent = is_release & (events["cur_rank"] == releaser_rank) & (events["target_rank"] == rank)
-        sent[release] = True  # whatever target it names, a release this wait saw was sent to it
         rows.append(
             {
-                "releaser_rank": releaser_rank,
-                "rank": rank,
+                "releaser_rank": key // ranks,
+                "rank": key % ranks,
                 "waits": int(len(mine)),
                 "min_ns": int(mine.min()),
                 "median_ns": int(np.median(mine)),
                 "slowest_ns": int(seen_first[slowest]),
                 "slowest_address": int(events["address"][release]),
                 "slowest_waits": int(np.count_nonzero(which == slowest)),
-                "slowest_is_first": bool(starts[release] == starts[sent].min()),
+                # A release this wait saw was sent to it, whatever target it names.
+                "slowest_is_first": bool(starts[release] <= first_sent[key]),
             }
         )
     return rows

@@ -17,7 +17,7 @@ import sys
 os.environ.setdefault("IRIS_BACKEND", "cuda")
 
 import triton
-from inspect_ptx import instructions, memory_ops
+from inspect_ptx import dump_instructions, memory_ops
 from ptx_flow import barriers_in_multi_entry_loops, print_barrier_hazards
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -103,7 +103,5 @@ if __name__ == "__main__":
             print(f"{name}[{dtype}]", memory_ops(ptx), flush=True)
             hazards[f"{name}[{dtype}]"] = barriers_in_multi_entry_loops(ptx)
             if dump:
-                os.makedirs(dump, exist_ok=True)
-                with open(os.path.join(dump, f"{name}[{dtype}].ptx"), "w") as file:
-                    file.write("\n".join(instructions(ptx)) + "\n")
+                dump_instructions(dump, f"{name}[{dtype}]", ptx)
     print_barrier_hazards(hazards)

@@ -27,7 +27,7 @@ import tempfile
 
 import triton
 from compile_ccl import compile_ptx
-from inspect_ptx import instructions
+from inspect_ptx import dump_instructions
 from ptx_flow import barriers_in_multi_entry_loops, print_barrier_hazards
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -195,9 +195,7 @@ if __name__ == "__main__":
             print(f"{name}[{label}] {len(ptx.splitlines())} lines{copies}", flush=True)
             hazards[f"{name}[{label}]"] = barriers_in_multi_entry_loops(ptx)
             if dump:
-                os.makedirs(dump, exist_ok=True)
-                with open(os.path.join(dump, f"{name}[{label}].ptx"), "w") as file:
-                    file.write("\n".join(instructions(ptx)) + "\n")
+                dump_instructions(dump, f"{name}[{label}]", ptx)
     print_barrier_hazards(hazards)
     if not check_consumer_budget():
         sys.exit("a consumer and the GEMM kernel do not fit on one SM (split_sm_registers)")

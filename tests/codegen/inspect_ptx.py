@@ -225,6 +225,13 @@ def instructions(ptx: str) -> list[str]:
     return lines
 
 
+def dump_instructions(directory: str, name: str, ptx: str) -> None:
+    """Write the instruction stream of ``ptx`` (:func:`instructions`) to ``directory/name.ptx``."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f"{name}.ptx"), "w") as file:
+        file.write("\n".join(instructions(ptx)) + "\n")
+
+
 def memory_ops(ptx: str) -> dict[str, int]:
     """Count of each global load, store and atomic instruction in ``ptx``."""
     pattern = (
@@ -240,8 +247,6 @@ if __name__ == "__main__":
     if iris.BACKEND != "cuda":
         sys.exit("run with IRIS_BACKEND=cuda (no GPU is needed)")
     dump = sys.argv[sys.argv.index("--dump") + 1] if "--dump" in sys.argv else None
-    if dump:
-        os.makedirs(dump, exist_ok=True)
     hazards, spin_hazards = {}, {}
     for kernel_name in KERNELS:
         ptx = compile_ptx(kernel_name)
@@ -250,8 +255,7 @@ if __name__ == "__main__":
         if kernel_name.startswith("wait_"):
             spin_hazards[kernel_name] = barriers_in_loops(ptx)
         if dump:
-            with open(os.path.join(dump, f"{kernel_name}.ptx"), "w") as file:
-                file.write("\n".join(instructions(ptx)) + "\n")
+            dump_instructions(dump, kernel_name, ptx)
     same = instructions(compile_ptx("put")) == instructions(compile_ptx("put_reference"))
     print("untraced_put_equals_reference", same)
     ring = compile_ptx("put_ring_traced")

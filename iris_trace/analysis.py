@@ -114,7 +114,9 @@ LEGEND = {
     "released by": "the op that set the flag the wait saw (rank, SM, op, start from window start)",
     "release to seen": "wait end minus the release's issue time, for waits already polling then: the "
     "flag's way to the waiter plus one poll (a few us between GPUs over NVLink); a release seen 10 us "
-    "or more later than the pair's fastest is named, with whether it was the releaser's first to that rank",
+    "or more later than the pair's fastest is named, with whether it was the releaser's first to that rank "
+    "(on GPUs that sat idle 50 ms or more before the launch, each way's first flag arrives about 105 us "
+    "late: docs/tracing.md)",
     "computing / not sent / in flight / late look": "the stall split (iris_trace.attribution): the "
     "producer still computing; the releaser not releasing yet (itself waiting, or doing untraced "
     "work, or nothing traced released it); data and flag being sent, until the release was issued; the "

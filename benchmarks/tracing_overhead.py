@@ -13,8 +13,11 @@ Modes, in one run with the same fixed iteration count on every rank (max over ra
 
 Each trial times the four modes in that order; each figure is the median over
 ``--trials`` trials. ``--breakdown`` also times the GEMM kernel with only its compute
-scope traced and with only its stores traced, and every row gives the registers and
-spills of its kernel variant, to say where the cost is.
+scope traced, with only its stores traced, and with only its stores traced but their
+tracing switch read before the K loop (as the scope's begin reads it in the whole
+build), and with only its stores traced after an empty scope recorded once the K loop
+ends (as the whole build records the scope there), and every row gives the registers and spills of its kernel variant, to say
+where the cost is.
 
     python -m iris.run -n 4 benchmarks/tracing_overhead.py --out benchmarks/results/tracing_overhead_h200x4.json
     python -m iris.run -n 1 benchmarks/tracing_overhead.py --breakdown   (one GPU: the GEMM's cost)
@@ -58,8 +61,16 @@ def gemm_all_scatter(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SWITCH_FIRST: tl.constexpr = False,
+    MARK_AFTER_LOOP: tl.constexpr = False,
 ):
     # Two heap_bases so that --breakdown can trace the compute scope and the stores apart.
+    # SWITCH_FIRST reads the stores' tracing switch before the K loop (an op's begin whose
+    # start is dropped): the stores' own reads of it then reuse that one. MARK_AFTER_LOOP
+    # records an empty scope on the stores' heap_bases after the K loop: the stores'
+    # records then follow one of the program's own, as they do in the whole traced build.
+    if SWITCH_FIRST:
+        iris.trace_begin(store_bases)
     pid = tl.program_id(0)
     tiles_n = tl.cdiv(N, BLOCK_N)
     pid_m, pid_n = pid // tiles_n, pid % tiles_n
@@ -73,6 +84,8 @@ def gemm_all_scatter(
         tile_b = tl.load(b + (k + ks)[:, None] * N + cols[None, :])
         acc = tl.dot(tile_a, tile_b, acc)
     iris.trace_end(scope_bases, started, 0, pid_m, pid_n)
+    if MARK_AFTER_LOOP:
+        iris.trace_end(store_bases, iris.trace_begin(store_bases), 1, pid_m, pid_n)
     tile = acc.to(tl.bfloat16)
     offsets = cur_rank * M * N + rows[:, None] * N + cols[None, :]
     for i in range(world_size):
@@ -179,10 +192,11 @@ def main():
     tiles = (triton.cdiv(M, 128) * triton.cdiv(N, 128),)
     ctx.barrier()
 
-    def gemm(scope_bases, store_bases):
+    def gemm(scope_bases, store_bases, switch_first=False, mark=False):
         return gemm_all_scatter[tiles](
             a, b, c_all, M, N, K, rank, world, scope_bases, store_bases,
-            BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3,
+            BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, SWITCH_FIRST=switch_first, MARK_AFTER_LOOP=mark,
+            num_warps=8, num_stages=3,
         )  # fmt: skip
 
     plain = ctx.get_heap_bases()
@@ -190,6 +204,12 @@ def main():
     if args.breakdown:
         measured["gemm: scope only"] = measure(ctx, lambda hb: gemm(hb, plain), args.iters, args.trials)
         measured["gemm: stores only"] = measure(ctx, lambda hb: gemm(plain, hb), args.iters, args.trials)
+        measured["gemm: stores only, switch read first"] = measure(
+            ctx, lambda hb: gemm(plain, hb, switch_first=True), args.iters, args.trials
+        )
+        measured["gemm: stores only, an empty scope after the K loop"] = measure(
+            ctx, lambda hb: gemm(plain, hb, mark=True), args.iters, args.trials
+        )
     ctx.barrier()  # every rank's last all-scatter has landed
     errors = []
     for owner in range(world):

@@ -132,6 +132,12 @@ TABLE_LATENCY_ROWS = 12
 SLOW_RELEASE_SPREAD_NS = 10_000
 #: Rows of the per-SM section of :meth:`Report.format_table`.
 TABLE_SM_ROWS = 20
+#: How late a launch's first flag each way arrives after the GPUs sat idle 50 ms or more
+#: (104-112 us on H100s and H200s, docs/tracing.md "Runs to look at"): a releaser's first
+#: release seen this late, and at least FIRST_FLAG_MIN_EXTRA_NS later than its pair's
+#: fastest, gets a note in the report.
+FIRST_FLAG_WAKE_NS = (80_000, 140_000)
+FIRST_FLAG_MIN_EXTRA_NS = 50_000
 
 
 def _stats(keys, n_keys, starts, ends, category, payload, window_ns) -> dict[str, np.ndarray]:
@@ -552,13 +558,42 @@ def trace_notes(trace) -> list[str]:
     return notes
 
 
+def first_flag_notes(seen_latency: list[dict]) -> list[str]:
+    """Notes for releases that fit a GPU's first flag after an idle pause (``seen_latency`` rows).
+
+    A releaser's first release to a rank, seen within :data:`FIRST_FLAG_WAKE_NS` of its
+    issue and at least :data:`FIRST_FLAG_MIN_EXTRA_NS` later than the pair's fastest, is
+    what GPUs that sat idle 50 ms or more before a launch show (measured by
+    ``scripts/flag_latency_probe.py``): not the program's doing; launches that follow
+    each other closely do not show it.
+
+    Example:
+        >>> first_flag_notes(report.seen_latency)
+        ["rank 0's first release to rank 1 was seen 105.2 us after its issue: ..."]
+    """
+    low, high = FIRST_FLAG_WAKE_NS
+    notes = []
+    for row in seen_latency:
+        slowest = row["slowest_ns"]
+        stands_out = slowest - row["min_ns"] >= FIRST_FLAG_MIN_EXTRA_NS
+        if row["slowest_is_first"] and low <= slowest <= high and stands_out:
+            notes.append(
+                f"rank {row['releaser_rank']}'s first release to rank {row['rank']} was seen "
+                f"{slowest / 1e3:.1f} us after its issue: GPUs that sat idle 50 ms or more before a "
+                "launch (compiling, host work) see its first flag each way about 105 us late, whatever "
+                "the kernel does (docs/tracing.md, 'Runs to look at')"
+            )
+    return notes
+
+
 def analyze_trace(trace, top: int = 10) -> Report:
-    """:func:`analyze` of a merged :class:`~iris_trace.trace.Trace`, with its :func:`trace_notes`.
+    """:func:`analyze` of a merged :class:`~iris_trace.trace.Trace`, with its :func:`trace_notes`
+    (and, for GPU traces, :func:`first_flag_notes`).
 
     Example:
         >>> print(analyze_trace(Trace.from_files(files)).format_table())
     """
-    return analyze(
+    report = analyze(
         trace.events,
         trace.world_size,
         trace.scope_names,
@@ -567,3 +602,6 @@ def analyze_trace(trace, top: int = 10) -> Report:
         releaser=trace.releasers,
         causes=trace.wait_causes,
     )
+    if not any(r.device.startswith("emulated") for r in trace.ranks):
+        report.notes.extend(first_flag_notes(report.seen_latency))
+    return report

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from iris_trace import schema
-from iris_trace.analysis import analyze
+from iris_trace.analysis import analyze, first_flag_notes
 from iris_trace.attribution import (
     PARTS,
     attribute_waits,
@@ -303,6 +303,31 @@ def test_seen_latency_names_no_release_when_all_are_seen_alike():
     (row,) = seen_latency(events, attribute_waits(events))
     assert row["slowest_ns"] == 3_000 and row["slowest_is_first"] is True
     assert "slowest release" not in analyze(events, 2).format_table()
+
+
+def _latency_row(slowest_ns, min_ns=500, first=True):
+    return {
+        "releaser_rank": 0, "rank": 1, "waits": 17, "min_ns": min_ns, "median_ns": slowest_ns,
+        "slowest_ns": slowest_ns, "slowest_address": 0x300, "slowest_waits": 16, "slowest_is_first": first,
+    }  # fmt: skip
+
+
+def test_a_first_release_seen_about_105_us_late_is_explained_in_a_note():
+    (note,) = first_flag_notes([_latency_row(105_200)])
+    assert note.startswith("rank 0's first release to rank 1 was seen 105.2 us after its issue")
+    assert "idle 50 ms or more" in note
+
+
+def test_a_late_release_that_was_not_the_first_gets_no_note():
+    assert first_flag_notes([_latency_row(105_200, first=False)]) == []
+
+
+def test_a_first_release_late_by_other_amounts_gets_no_note():
+    assert first_flag_notes([_latency_row(30_000), _latency_row(400_000)]) == []
+
+
+def test_a_pair_whose_every_flag_is_that_late_gets_no_note():
+    assert first_flag_notes([_latency_row(105_200, min_ns=90_000)]) == []
 
 
 def test_the_table_shows_the_slowest_pairs_when_there_are_many():

@@ -588,7 +588,7 @@ def first_flag_notes(seen_latency: list[dict]) -> list[str]:
 
 def analyze_trace(trace, top: int = 10) -> Report:
     """:func:`analyze` of a merged :class:`~iris_trace.trace.Trace`, with its :func:`trace_notes`
-    (and, for GPU traces, :func:`first_flag_notes`).
+    (and, for GPU traces with a GPU per rank, :func:`first_flag_notes`).
 
     Example:
         >>> print(analyze_trace(Trace.from_files(files)).format_table())
@@ -602,6 +602,9 @@ def analyze_trace(trace, top: int = 10) -> Report:
         releaser=trace.releasers,
         causes=trace.wait_causes,
     )
-    if not any(r.device.startswith("emulated") for r in trace.ranks):
+    # Where ranks share a GPU (or run emulated) a late flag is a turn, not a waking link.
+    domains = [r.clock_domain for r in trace.ranks]
+    shared_gpu = any(domain and domains.count(domain) > 1 for domain in domains)
+    if not shared_gpu and not any(r.device.startswith("emulated") for r in trace.ranks):
         report.notes.extend(first_flag_notes(report.seen_latency))
     return report

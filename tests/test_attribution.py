@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from iris_trace import schema
-from iris_trace.analysis import analyze, first_flag_notes
+from iris_trace.analysis import analyze, analyze_trace, first_flag_notes
 from iris_trace.attribution import (
     PARTS,
     attribute_waits,
@@ -16,6 +16,7 @@ from iris_trace.attribution import (
     wait_groups,
 )
 from iris_trace.events import EVENT_DTYPE
+from iris_trace.trace import RankTrace, Trace
 
 GEMM = schema.SCOPE_BASE  # user scope 0, named "gemm tile" below
 NAMES = {0: "gemm tile"}
@@ -328,6 +329,34 @@ def test_a_first_release_late_by_other_amounts_gets_no_note():
 
 def test_a_pair_whose_every_flag_is_that_late_gets_no_note():
     assert first_flag_notes([_latency_row(105_200, min_ns=90_000)]) == []
+
+
+def _entry_flag_trace(domains):
+    # Rank 0's first release to rank 1 seen 105 us after its issue, a later one at once.
+    events = make_events(
+        (schema.SIGNAL, 0, 2, 0, 10, signal_to(1, address=0x300)),
+        (schema.WAIT_UNTIL, 1, 5, 5, 105_010, wait_for(address=0x300)),
+        (schema.WAIT_UNTIL, 1, 6, 5, 105_200, wait_for(address=0x300)),
+        (schema.SIGNAL, 0, 2, 160_000, 160_010, signal_to(1, address=0x400)),
+        (schema.WAIT_UNTIL, 1, 7, 150_000, 160_510, wait_for(address=0x400)),
+    )
+    sync = np.zeros((2, 4, 4), np.int64)
+    sync[1, :, :] = [[0, 10, 10, 20]] * 4  # no offset between the clocks
+    ranks = []
+    for r in range(2):
+        mine = events[events["cur_rank"] == r]
+        ranks.append(RankTrace(r, 2, mine, sync, sync, device="NVIDIA H100", clock_domain=domains[r]))
+    return Trace(ranks)
+
+
+def test_a_gpu_trace_with_a_gpu_per_rank_gets_the_first_flag_note():
+    notes = analyze_trace(_entry_flag_trace(["gpu:a", "gpu:b"])).notes
+    assert [note for note in notes if "first release to rank 1 was seen 105.0 us" in note]
+
+
+def test_ranks_sharing_a_gpu_get_no_first_flag_note():
+    notes = analyze_trace(_entry_flag_trace(["gpu:a", "gpu:a"])).notes
+    assert not [note for note in notes if "first release" in note]
 
 
 def test_the_table_shows_the_slowest_pairs_when_there_are_many():

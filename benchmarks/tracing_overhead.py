@@ -13,11 +13,11 @@ Modes, in one run with the same fixed iteration count on every rank (max over ra
 
 Each trial times the four modes in that order; each figure is the median over
 ``--trials`` trials. ``--breakdown`` also times the GEMM kernel with only its compute
-scope traced, with only its stores traced, and with only its stores traced but their
-tracing switch read before the K loop (as the scope's begin reads it in the whole
-build), and with only its stores traced after an empty scope recorded once the K loop
-ends (as the whole build records the scope there), and every row gives the registers and spills of its kernel variant, to say
-where the cost is.
+scope traced and with only its stores traced, the latter twice more: with the stores'
+tracing switch read before the K loop (where the whole build's scope reads it), and
+after an empty scope recorded once the K loop ends (where the whole build records its
+scope). Every row gives the registers and spills of its kernel variant, to say where
+the cost is.
 
     python -m iris.run -n 4 benchmarks/tracing_overhead.py --out benchmarks/results/tracing_overhead_h200x4.json
     python -m iris.run -n 1 benchmarks/tracing_overhead.py --breakdown   (one GPU: the GEMM's cost)

@@ -13,7 +13,7 @@ from offline import run_cuda_script
 
 import iris
 from iris.ops import FusedConfig, choose_variant
-from iris.ops.config import last_wave_split, registers_beside, split_sm_registers
+from iris.ops.config import gather_share, last_wave_split, registers_beside, split_sm_registers
 from iris.ops.copy_plans import chunk_bounds
 from iris.ops.matmul import matmul_launch, tma_compatible
 from iris_trace.events import DMA_PUT
@@ -392,6 +392,12 @@ def test_auto_all_gather_matmul_fuses_from_eight_tiles_per_sm():
     cfg, op = FusedConfig(), "all_gather_matmul"
     assert choose_variant(cfg, 4096, 3584, 4096, 4, 132, op) == "unfused"  # 6.8 tiles per SM
     assert choose_variant(cfg, 16384, 2048, 8192, 4, 132, op) == "fused"  # 15.5 tiles per SM
+
+
+def test_auto_all_gather_matmul_fuses_only_where_the_gather_is_a_large_share_of_the_gemm():
+    cfg, op = FusedConfig(), "all_gather_matmul"
+    assert round(gather_share(2048, 4), 2) == 0.70 and round(gather_share(3584, 4), 2) == 0.40
+    assert choose_variant(cfg, 16384, 3584, 4096, 4, 132, op) == "unfused"  # 27 tiles per SM, share 0.40
 
 
 def test_auto_reduce_scatter_uses_the_copy_engines_from_four_million_elements():

@@ -34,6 +34,17 @@ MIN_K = 1024
 #: 4 x H200, fused won at 15 and 27 tiles per SM (M = 16384) and lost by 2-4% to cuBLAS
 #: after ``ctx.ccl.all_gather`` at 7 and fewer (M <= 4096).
 GATHER_MIN_TILES_PER_SM = 8.0
+#: ... and, with three or more ranks, only where gathering A takes at least this share of
+#: the GEMM's time (:func:`gather_share`): fusing pays where it hides a large transfer. In
+#: six 4 x H100 and 4 x H200 runs at M = 16384 (15.5 and 27 tiles per SM), fused beat
+#: unfused by 0.5-4% at a share of 0.70 (N = 8192, K = 8192) every time; at 0.40
+#: (N = 14336, K = 4096) unfused was the best style or within 1.3% of it every time, and
+#: fused up to 3.4% behind (docs/fused.md, rule 9a).
+GATHER_MIN_SHARE = 0.55
+#: FLOPs of a bf16 GEMM per byte of a GPU's remote stores: cuBLAS at about 700 TFLOP/s
+#: (690-790 in benchmarks/fused_ops.py on H100s and H200s) over the 366 GB/s a GPU's stores
+#: reach over NVLink (../shared/HARDWARE.md). Only ratios of times are taken from it.
+GEMM_FLOPS_PER_LINK_BYTE = 1900
 #: ``matmul_reduce_scatter`` (any number of ranks), and with one peer (two ranks) also
 #: ``matmul_all_gather`` and ``all_gather_matmul``, use the copy engines from this many
 #: per-rank output elements: cuBLAS keeps every SM while the copy engines move the
@@ -365,6 +376,20 @@ def last_wave_split(tiles: int, programs: int) -> int:
     return (-(-tiles // programs) - 1) * programs
 
 
+def gather_share(cols: int, world_size: int) -> float:
+    """Time to gather A over the time of the GEMM that uses it, for ``all_gather_matmul`` in bf16.
+
+    Each rank receives ``(world_size - 1) / world_size`` of A (``rows x k``, 2 bytes an
+    element) and multiplies all of it by its ``k x cols`` block: the ratio of the two
+    times depends on ``cols`` alone (:data:`GEMM_FLOPS_PER_LINK_BYTE`).
+
+    Example:
+        >>> round(gather_share(2048, 4), 2)   # N = 8192 on four ranks
+        0.7
+    """
+    return (world_size - 1) / world_size * GEMM_FLOPS_PER_LINK_BYTE / cols
+
+
 def sharing_saves_a_wave(tiles: int, num_sms: int, comm_sms: int) -> bool:
     """Whether a GEMM of ``tiles`` tiles should keep every SM and share them with small consumers.
 
@@ -518,7 +543,8 @@ def choose_variant(
     fused kernels are what CI checks).
     On GPUs it fuses when there is communication to hide (more than one rank) and
     enough work to hide it behind (see :data:`MIN_TILES_PER_SM`, :data:`MIN_K`;
-    ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM`); ``matmul_reduce_scatter``
+    ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM` and :data:`GATHER_MIN_SHARE`);
+    ``matmul_reduce_scatter``
     uses the copy engines from :data:`COPY_ENGINE_MIN_ELEMENTS` (with three or more ranks
     from :data:`COPY_ENGINE_MIN_ELEMENTS_PER_PEER` per peer, and below that it runs
     unfused deeper than :data:`REDUCE_SCATTER_FUSED_MAX_K`), except in jobs that span
@@ -561,6 +587,8 @@ def choose_variant(
             return "producer_consumer"
     per_sm = GATHER_MIN_TILES_PER_SM if op == "all_gather_matmul" else MIN_TILES_PER_SM
     if tiles_per_sm < per_sm:
+        return "unfused"
+    if op == "all_gather_matmul" and gather_share(cols, world_size) < GATHER_MIN_SHARE:
         return "unfused"
     if op == "matmul_all_gather" and world_size - 1 <= SEQUENTIAL_SCATTER_MAX_PEERS:
         if tiles_per_sm < ONE_PEER_SCATTER_MIN_TILES_PER_SM:

@@ -559,7 +559,7 @@ def trace_notes(trace) -> list[str]:
 
 
 def first_flag_notes(seen_latency: list[dict]) -> list[str]:
-    """Notes for releases that fit a GPU's first flag after an idle pause (``seen_latency`` rows).
+    """Notes for releases that fit a launch's delayed first flag (``seen_latency`` rows).
 
     A releaser's first release to a rank, seen within :data:`FIRST_FLAG_WAKE_NS` of its
     issue and at least :data:`FIRST_FLAG_MIN_EXTRA_NS` later than the pair's fastest, is

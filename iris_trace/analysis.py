@@ -541,8 +541,7 @@ def trace_notes(trace) -> list[str]:
         ['timings are the Triton interpreter's on the CPU (emulation backend), not a GPU's: ...']
     """
     notes = []
-    devices = {r.device for r in trace.ranks}
-    if any(device.startswith("emulated") for device in devices):
+    if _emulated(trace):
         notes.append(
             "timings are the Triton interpreter's on the CPU (emulation backend), not a GPU's: "
             "programs of a launch run one after another and every op costs microseconds, so "
@@ -556,6 +555,10 @@ def trace_notes(trace) -> list[str]:
     if sum(trace.dropped):
         notes.append(f"{sum(trace.dropped)} events were dropped (per rank {trace.dropped}): raise max_events")
     return notes
+
+
+def _emulated(trace) -> bool:
+    return any(r.device.startswith("emulated") for r in trace.ranks)
 
 
 def first_flag_notes(seen_latency: list[dict]) -> list[str]:
@@ -602,9 +605,7 @@ def analyze_trace(trace, top: int = 10) -> Report:
         releaser=trace.releasers,
         causes=trace.wait_causes,
     )
-    # Where ranks share a GPU (or run emulated) a late flag is a turn, not a waking link.
-    domains = [r.clock_domain for r in trace.ranks]
-    shared_gpu = any(domain and domains.count(domain) > 1 for domain in domains)
-    if not shared_gpu and not any(r.device.startswith("emulated") for r in trace.ranks):
+    # Where ranks share a GPU (or run emulated) a late flag is a turn, not the first-flag delay.
+    if not trace.shares_a_clock and not _emulated(trace):
         report.notes.extend(first_flag_notes(report.seen_latency))
     return report

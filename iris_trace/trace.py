@@ -170,6 +170,17 @@ class Trace:
         self.clock_fits: list[ClockFit] = fit_all(reference.sync_enable, reference.sync_collect, shared)
         self.events = self._aligned_events()
 
+    @property
+    def shares_a_clock(self) -> bool:
+        """Whether two or more ranks read one clock (ranks sharing a GPU, or emulated on one host).
+
+        Example:
+            >>> Trace.from_files(files).shares_a_clock
+            False
+        """
+        domains = [r.clock_domain for r in self.ranks if r.clock_domain]
+        return len(set(domains)) < len(domains)
+
     @classmethod
     def from_files(cls, paths: list[str]) -> Trace:
         """Merge one ``.npz`` file per rank.

@@ -544,11 +544,10 @@ def choose_variant(
     On GPUs it fuses when there is communication to hide (more than one rank) and
     enough work to hide it behind (see :data:`MIN_TILES_PER_SM`, :data:`MIN_K`;
     ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM` and :data:`GATHER_MIN_SHARE`);
-    ``matmul_reduce_scatter``
-    uses the copy engines from :data:`COPY_ENGINE_MIN_ELEMENTS` (with three or more ranks
-    from :data:`COPY_ENGINE_MIN_ELEMENTS_PER_PEER` per peer, and below that it runs
-    unfused deeper than :data:`REDUCE_SCATTER_FUSED_MAX_K`), except in jobs that span
-    nodes (``spans_nodes``): copy engines reach only this node's GPUs.
+    ``matmul_reduce_scatter`` uses the copy engines from :data:`COPY_ENGINE_MIN_ELEMENTS`
+    (with three or more ranks from :data:`COPY_ENGINE_MIN_ELEMENTS_PER_PEER` per peer, and
+    below that it runs unfused deeper than :data:`REDUCE_SCATTER_FUSED_MAX_K`), except in
+    jobs that span nodes (``spans_nodes``): copy engines reach only this node's GPUs.
     With one peer, ``matmul_all_gather`` and ``all_gather_matmul`` use them too (below
     that size ``matmul_reduce_scatter`` runs unfused, and GEMM + all-scatter runs
     ``fused_sequential``, or unfused below :data:`ONE_PEER_SCATTER_MIN_TILES_PER_SM`),

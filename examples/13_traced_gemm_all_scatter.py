@@ -40,7 +40,12 @@ def main(out_dir: str) -> int:
 
     ctx.tracing.enable(max_events=1 << 20 if gpu else 1 << 14)
     ctx.ops.matmul_all_gather(c, a, b, dim=1, config=config)  # compiles the traced kernel
+    ctx.wake_links()  # compiled here too: a rank compiling below would start the call late
     ctx.barrier()
+    # NVLink links sleep after 50 ms without traffic (a rank may have compiled that long)
+    # and the first access over each waits ~105 us for it to wake: wake them right before
+    # the call, so that the trace shows the kernel rather than the links.
+    ctx.wake_links()
     # Ranks leave a host barrier hundreds of microseconds apart; a device barrier queued
     # just before the call starts every GPU on it within microseconds of the others.
     ctx.device_barrier()

@@ -70,6 +70,7 @@ def main() -> int:
         flags.zero_()
         sums.fill_(float("nan"))
         ctx.barrier()
+        ctx.wake_links()  # links asleep after a pause would delay the first flag by ~105 us
         # Ranks leave a host barrier at different times; a device barrier just before the
         # launch brings their starts within tens of microseconds (the launches still leave
         # the hosts apart), far less than the slow tile, so the waits show the tile.

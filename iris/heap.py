@@ -33,8 +33,12 @@ def _aligned(offset: int) -> int:
     return -(-offset // ALIGNMENT) * ALIGNMENT
 
 
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
 def _nbytes(shape, dtype: torch.dtype) -> int:
-    return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return math.prod(shape) * _element_size(dtype)
 
 
 def _start_address(tensor: torch.Tensor) -> int:
@@ -206,6 +210,19 @@ class SymmetricHeap:
         for shape, dtype in pieces:
             end = _aligned(end) + _nbytes(shape, dtype)
         return end
+
+    def leading(self, nbytes: int, dtype: torch.dtype) -> torch.Tensor:
+        """The first ``nbytes`` of this rank's mapped heap (at most all of it) as a flat tensor.
+
+        For Iris's own kernels that address the heap itself rather than a tensor on it
+        (the same offsets reach every peer's copy).
+
+        Example:
+            >>> heap.leading(4096, torch.int32).numel()
+            1024
+        """
+        nbytes = min(nbytes, self.mapped_size)
+        return self._view(0, nbytes, (nbytes // _element_size(dtype),), dtype)
 
     def _view(self, offset: int, nbytes: int, shape, dtype: torch.dtype) -> torch.Tensor:
         return self._storage[offset : offset + nbytes].view(dtype).view(shape)

@@ -18,7 +18,7 @@ from .backends import make_backend
 from .ccl import CCL
 from .ccl.runtime import Runtime
 from .copy_engine import CopyEngine
-from .device import crossnode, layout
+from .device import crossnode, layout, wake
 from .device.barrier import device_barrier_kernel
 from .distributed import init_distributed
 from .errors import ArgumentCountError
@@ -117,6 +117,7 @@ class Iris:
             BARRIER_SLOTS, self.num_ranks, "device_barrier", "use a different group layout or a host barrier"
         )
         self._barrier_launches: dict[tuple, PreparedLaunch] = {}
+        self._wake_launch: PreparedLaunch | None = None
         #: Device-side collectives (``ctx.ccl.all_reduce(out, inp)``); see :mod:`iris.ccl`.
         self.ccl = CCL(self)
         #: Copy-engine puts into peers' heaps (``ctx.copy_engine.put``); see :mod:`iris.copy_engine`.
@@ -751,6 +752,45 @@ class Iris:
             )
             self._barrier_launches[(members, self.tracing.enabled)] = launch
         launch()
+
+    def wake_links(self) -> None:
+        """Wake the links to this node's peers, so that kernels queued after it do not wait for them.
+
+        NVLink links sleep after a pause in their traffic (50 ms on the H100 machines
+        measured; ``nvidia-smi nvlink -gLowPwrInfo``), and the first access over a
+        sleeping link waits about 105 us for it to wake: a launch after a pause sees its
+        first flags that late. This launches one small kernel on the current stream that
+        reads 128 KiB of every same-node peer's heap (a word per 128-byte line, so every
+        link carries traffic) and ends once the values are in; it takes about 105 us
+        when the links slept, a few us when not. Call it before a call whose trace or
+        timing should show the links awake; steady loops never need it. Ranks of other
+        nodes are left alone (their traffic crosses no NVLink of this node). Nothing on
+        the heap changes; every backend runs the same kernel.
+
+        Example:
+            >>> ctx.wake_links()
+            >>> kernel[grid](...)  # its first flags come on time
+        """
+        if self._wake_launch is None:
+            mine = self.node_of(self.cur_rank)
+            peers = [r for r in range(self.num_ranks) if r != self.cur_rank and self.node_of(r) == mine]
+            if not peers:
+                return
+            heap = self.heap.leading(wake.LINES * wake.LINE_BYTES, torch.int32)
+            self._wake_launch = PreparedLaunch(
+                wake.wake_links_kernel,
+                (len(peers),),
+                (
+                    heap,
+                    heap.numel() * 4 // wake.LINE_BYTES,
+                    torch.tensor(peers, dtype=torch.int32, device=self.heap.device),
+                    torch.zeros(len(peers), dtype=torch.int32, device=self.heap.device),
+                    self.cur_rank,
+                    self.heap_bases,
+                ),
+                {"LINES": wake.LINES, "num_warps": 4},
+            )
+        self._wake_launch()
 
     def _group_members(self, group) -> tuple[int, ...]:
         if group is None:

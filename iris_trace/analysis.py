@@ -115,8 +115,8 @@ LEGEND = {
     "release to seen": "wait end minus the release's issue time, for waits already polling then: the "
     "flag's way to the waiter plus one poll (a few us between GPUs over NVLink); a release seen 10 us "
     "or more later than the pair's fastest is named, with whether it was the releaser's first to that rank "
-    "(after GPUs sat idle 50 ms or more, and in first calls, each way's first flag has arrived about "
-    "105 us late: docs/tracing.md)",
+    "(NVLink links sleep after 50 ms without traffic, and a launch's first flag each way then arrives "
+    "about 105 us late: docs/tracing.md)",
     "computing / not sent / in flight / late look": "the stall split (iris_trace.attribution): the "
     "producer still computing; the releaser not releasing yet (itself waiting, or doing untraced "
     "work, or nothing traced released it); data and flag being sent, until the release was issued; the "
@@ -132,10 +132,10 @@ TABLE_LATENCY_ROWS = 12
 SLOW_RELEASE_SPREAD_NS = 10_000
 #: Rows of the per-SM section of :meth:`Report.format_table`.
 TABLE_SM_ROWS = 20
-#: How late a launch's first flag each way arrives after the GPUs sat idle 50 ms or more,
-#: and in first calls (104-112 us on H100s and H200s, docs/tracing.md "Runs to look at"):
-#: a releaser's first release seen this late, and at least FIRST_FLAG_MIN_EXTRA_NS later
-#: than its pair's fastest, gets a note in the report.
+#: How late a launch's first flag each way arrives when the NVLink links slept (50 ms or
+#: more without traffic; 104-112 us to wake on H100s and H200s, docs/tracing.md "Links
+#: that sleep"): a releaser's first release seen this late, and at least
+#: FIRST_FLAG_MIN_EXTRA_NS later than its pair's fastest, gets a note in the report.
 FIRST_FLAG_WAKE_NS = (80_000, 140_000)
 FIRST_FLAG_MIN_EXTRA_NS = 50_000
 
@@ -566,9 +566,9 @@ def first_flag_notes(seen_latency: list[dict]) -> list[str]:
 
     A releaser's first release to a rank, seen within :data:`FIRST_FLAG_WAKE_NS` of its
     issue and at least :data:`FIRST_FLAG_MIN_EXTRA_NS` later than the pair's fastest, is
-    what GPUs that sat idle 50 ms or more before a launch show (measured by
-    ``scripts/flag_latency_probe.py``), and what the quick start shows in its first run on
-    a fresh machine: not the program's doing.
+    what a flag meets when the NVLink links it crosses slept (no traffic for 50 ms or
+    more) and had to wake (measured by ``scripts/flag_latency_probe.py``): not the
+    program's doing, and ``Iris.wake_links`` before the call avoids it.
 
     Example:
         >>> first_flag_notes(report.seen_latency)
@@ -582,9 +582,10 @@ def first_flag_notes(seen_latency: list[dict]) -> list[str]:
         if row["slowest_is_first"] and low <= slowest <= high and stands_out:
             notes.append(
                 f"rank {row['releaser_rank']}'s first release to rank {row['rank']} was seen "
-                f"{slowest / 1e3:.1f} us after its issue: after GPUs sat idle 50 ms or more, and in "
-                "a program's first calls on a fresh machine, a launch's first flag each way has been "
-                "seen about 105 us late whatever the kernel does (docs/tracing.md, 'Runs to look at')"
+                f"{slowest / 1e3:.1f} us after its issue: NVLink links sleep after 50 ms without "
+                "traffic (compiling, host work, a pause), and a launch's first flag each way then waits "
+                "about 105 us for them to wake, whatever the kernel does; ctx.wake_links() right before "
+                "the call wakes them (docs/tracing.md, 'Links that sleep')"
             )
     return notes
 

@@ -251,8 +251,8 @@ def seen_latency(events: np.ndarray, causes: dict[str, np.ndarray]) -> list[dict
     Many waits can watch one release (every pusher of a kernel polls the peer's entry
     flag), so each row also names its slowest release, timed by the first of its waits
     to see it: its heap ``address``, how many waits saw it, and whether it was the
-    releaser's first release to that rank in the trace (after GPUs sat idle 50 ms or more,
-    and in first calls, a launch's first flag each way has arrived about 105 us late;
+    releaser's first release to that rank in the trace (when the NVLink links slept, 50 ms
+    or more without traffic, a launch's first flag each way arrives about 105 us late;
     docs/tracing.md).
 
     Returns one row per pair with such waits, ordered by (releaser rank, rank):

@@ -18,9 +18,18 @@ rank also times flag 0's round trip on its own clocks, by %globaltimer (the trac
 clock) and by %clock64 (the SM's cycles): a flag that is really late shows in the round
 trip by both; one that does not is an artifact of the clocks or of aligning two GPUs'
 clocks. ``--untraced`` runs the same launches with tracing off and reports only the
-round trips; ``--idle-ms`` lets the GPUs idle before each launch.
+round trips; ``--idle-ms`` pauses before each launch: GPUs idle, or with ``--busy`` every
+SM of both GPUs spinning on its own clock (the GPUs busy, the link between them idle).
+``--warm-lines N`` then reads N lines of the peer's memory twice, all at once, from one
+program just before the probe, 2 MiB past its flags (``--warm-flags``: the line that
+holds the flags), timing each pass: the first pass after a pause takes about as long as
+a late flag, the second a link's latency; whether the probe's flags then come on time
+says how far one access wakes the way to the peer. ``--wake`` calls ``ctx.wake_links()``
+(the library's answer: a read of every line of the peer's first 128 KiB) after the pause
+(``--wake-only R``: on rank R alone).
 
-    python -m iris.run -n 2 scripts/flag_latency_probe.py [--untraced] [--idle-ms 5] [--out probe.json]
+    python -m iris.run -n 2 scripts/flag_latency_probe.py [--untraced] [--idle-ms 5] [--busy]
+        [--warm-lines 64 | --warm-flags] [--wake] [--out probe.json]
 """
 
 from __future__ import annotations
@@ -75,6 +84,34 @@ def _clocks():
         is_pure=False,
         pack=1,
     )
+
+
+@triton.jit
+def busy(duration_ns):
+    # Every program spins on its SM's clock for duration_ns: the GPU busy, no memory traffic.
+    start, _ = _clocks()
+    now = start
+    while now - start < duration_ns:
+        now, _ = _clocks()
+
+
+@triton.jit
+def warm(target, reads, cur_rank, heap_bases, LINES: tl.constexpr):
+    # Reads LINES 128-byte lines of the peer's memory from ``target`` on, all at once, twice,
+    # each time from issue to every value in hand (the loop's exit depends on the values;
+    # the memory holds non-negative numbers).
+    remote = iris.translate(target, cur_rank, 1 - cur_rank, heap_bases) + tl.arange(0, LINES) * 32
+    start, _ = _clocks()
+    seen = tl.min(tl.load(remote, volatile=True), axis=0)
+    while seen < 0:
+        seen = tl.min(tl.load(remote, volatile=True), axis=0)
+    first, _ = _clocks()
+    seen = tl.min(tl.load(remote, volatile=True), axis=0)
+    while seen < 0:
+        seen = tl.min(tl.load(remote, volatile=True), axis=0)
+    second, _ = _clocks()
+    tl.store(reads + 0, first - start)
+    tl.store(reads + 1, second - first)
 
 
 @triton.jit
@@ -211,6 +248,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="launches per setting (default 3)")
     parser.add_argument("--idle-ms", type=float, default=0.0, help="GPUs idle this long before each launch")
+    parser.add_argument("--busy", action="store_true", help="spin every SM through the pause, not idle")
+    parser.add_argument(
+        "--warm-lines",
+        type=int,
+        default=0,
+        help="time reads of this many lines of the peer before each launch",
+    )
+    parser.add_argument("--warm-flags", action="store_true", help="--warm-lines 1 on the flags' own line")
+    parser.add_argument("--wake", action="store_true", help="ctx.wake_links() after the pause")
+    parser.add_argument("--wake-only", type=int, help="--wake on this rank alone")
     parser.add_argument(
         "--untraced", action="store_true", help="tracing off: flag 0's round trip by the clocks only"
     )
@@ -227,13 +274,20 @@ def main() -> int:
         raise SystemExit("flag_latency_probe runs at 2 ranks")
     flags = ctx.zeros(3 * world, dtype=torch.int32)
     stamps = torch.zeros(10, dtype=torch.int64, device=ctx.device)
+    if args.warm_flags:
+        args.warm_lines = 1
+    if args.warm_lines & (args.warm_lines - 1):
+        raise SystemExit("--warm-lines takes a power of two")
+    scratch = ctx.zeros(1 << 20, dtype=torch.int32)  # what --warm-lines reads on the peer: 4 MiB
+    warm_target = flags if args.warm_flags else scratch[1 << 19 :]
+    reads = torch.zeros(2, dtype=torch.int64, device=ctx.device)
     stream = ctx.randn(stream_elements + 128 * 128)
     programs = POLLERS + 4 if emulated else ctx.backend.multiprocessor_count(ctx.device)
     work_steps = 1 if emulated else 128
     settings = ("none", "stream", "dot")
     delay_steps = 10 if emulated else 1 << 16
-    if args.untraced and emulated:
-        raise SystemExit("--untraced times with the GPU's clocks: run it with IRIS_BACKEND=cuda")
+    if (args.untraced or args.busy or args.warm_lines) and emulated:
+        raise SystemExit("--untraced, --busy and --warm-lines read the GPU's clocks: use IRIS_BACKEND=cuda")
     if not args.untraced:
         ctx.tracing.enable(max_events=1 << 14)
     results, clocks, epoch = [], [], 0
@@ -246,7 +300,14 @@ def main() -> int:
             if not args.untraced:
                 ctx.tracing.reset()
             ctx.backend.synchronize(ctx.device)
-            time.sleep(args.idle_ms / 1e3)  # links and SMs idle, as between a program's steps
+            if args.busy:  # the SMs spin, the link stays idle
+                busy[(programs,)](int(args.idle_ms * 1e6))
+            else:
+                time.sleep(args.idle_ms / 1e3)  # links and SMs idle, as between a program's steps
+            if args.wake if args.wake_only is None else rank == args.wake_only:
+                ctx.wake_links()
+            if args.warm_lines:
+                warm[(1,)](warm_target, reads, rank, ctx.get_heap_bases(), LINES=args.warm_lines)
             probe[(programs,)](
                 flags, stream, stamps, epoch, delay_steps, work_steps, rank, world, ctx.get_heap_bases(),
                 POLLERS=POLLERS, WORK=work, BLOCK=BLOCK, STREAM=stream_elements, ECHO=not emulated,
@@ -256,9 +317,18 @@ def main() -> int:
                 both = [None] * world
                 torch.distributed.all_gather_object(both, stamps.tolist())
                 trips = [round_trip(both[r], both[(r + 1) % world]) for r in range(world)]
-                clocks.append({"work": work, "repeat": repeat, "stamps": both, "round_trips": trips})
+                entry = {"work": work, "repeat": repeat, "stamps": both, "round_trips": trips}
+                warmed = ""
+                if args.warm_lines:
+                    entry["warm_reads_ns"] = [None] * world
+                    torch.distributed.all_gather_object(entry["warm_reads_ns"], reads.tolist())
+                    warmed = "; warm reads " + ", ".join(
+                        f"{r}: {first / 1e3:.2f} then {second / 1e3:.2f} us"
+                        for r, (first, second) in enumerate(entry["warm_reads_ns"])
+                    )
+                clocks.append(entry)
                 if rank == 0:
-                    print(f"{work:6} #{repeat}  {_describe(trips)}", flush=True)
+                    print(f"{work:6} #{repeat}  {_describe(trips)}{warmed}", flush=True)
             if args.untraced:
                 continue
             trace = ctx.tracing.collect()
@@ -283,6 +353,8 @@ def main() -> int:
         device = ctx.backend.device_name(ctx.device)
         with open(args.out, "w") as file:
             report = {"device": device, "pollers": POLLERS, "idle_ms": args.idle_ms}
+            report.update(busy=args.busy, warm_lines=args.warm_lines, warm_flags=args.warm_flags)
+            report["wake"] = args.wake if args.wake_only is None else f"rank {args.wake_only} only"
             report["traced"] = not args.untraced
             # Per launch, each rank's ``stamps`` (probe) and flag 0's round trips (round_trip).
             report.update(results=results, clocks=clocks)

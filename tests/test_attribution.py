@@ -316,7 +316,7 @@ def _latency_row(slowest_ns, min_ns=500, first=True):
 def test_a_first_release_seen_about_105_us_late_is_explained_in_a_note():
     (note,) = first_flag_notes([_latency_row(105_200)])
     assert note.startswith("rank 0's first release to rank 1 was seen 105.2 us after its issue")
-    assert "idle 50 ms or more" in note and "first calls on a fresh machine" in note
+    assert "links sleep after 50 ms without traffic" in note and "ctx.wake_links()" in note
 
 
 def test_a_late_release_that_was_not_the_first_gets_no_note():

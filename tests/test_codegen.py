@@ -28,6 +28,11 @@ def test_hint_and_cache_modifier_reach_the_remote_store(ptx_report):
     assert re.search(r"'st\.global\.wt\.v4\.b32': 8", ptx_report["put_hinted"]), ptx_report["put_hinted"]
 
 
+def test_wake_links_reads_every_line_with_a_load_of_its_own(ptx_report):
+    # One volatile 4-byte load per line (1024 lines over 128 threads): none merged, cached or dropped.
+    assert re.search(r"'ld\.volatile\.global\.b32': 8\b", ptx_report["wake_links"]), ptx_report["wake_links"]
+
+
 def test_default_atomics_and_flag_reads_are_system_scope(ptx_report):
     flags = ptx_report["flags"]
     assert "atom.global.sys.acq_rel.add" in flags

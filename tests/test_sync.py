@@ -1,5 +1,6 @@
 """Ordering: signal/wait_until message passing, device barriers, host barriers, broadcast."""
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import triton
@@ -136,6 +137,33 @@ def _broadcast_body(rank, world_size):
         assert tensor.tolist() == [[0, 1, 2], [3, 4, 5]] and tensor.shape == (2, 3)
 
 
+def _wake_links_body(rank, world_size):
+    from iris.device.wake import LINE_BYTES, LINES, wake_links_kernel
+
+    with iris.iris(1 << 20) as ctx:
+        words = ctx.zeros(LINES * LINE_BYTES // 4, dtype=torch.int32)  # the heap's first 128 KiB
+        assert ctx.heap.offset_of(words) == 0
+        words.copy_(torch.arange(words.numel(), dtype=torch.int32) + 1000 * rank)
+        ctx.barrier()
+        ctx.wake_links()
+        ctx.wake_links()  # the second call replays the prepared launch
+        ctx.barrier()
+        assert torch.equal(words.cpu(), torch.arange(words.numel(), dtype=torch.int32) + 1000 * rank)
+        # The kernel reads a word of each line of every peer asked for: their exclusive or tells.
+        peers = [r for r in range(world_size) if r != rank and ctx.node_of(r) == ctx.node_of(rank)]
+        if peers:
+            folded = torch.full((len(peers),), -1, dtype=torch.int32, device=ctx.device)
+            heap = ctx.heap.leading(LINES * LINE_BYTES, torch.int32)
+            wake_links_kernel[(len(peers),)](
+                heap, LINES, torch.tensor(peers, dtype=torch.int32, device=ctx.device), folded, rank,
+                ctx.get_heap_bases(), LINES=LINES,
+            )  # fmt: skip
+            lines = np.arange(LINES, dtype=np.int32) * (LINE_BYTES // 4)
+            expected = [int(np.bitwise_xor.reduce(lines + 1000 * peer)) for peer in peers]
+            assert folded.cpu().tolist() == expected
+        ctx.barrier()
+
+
 def test_signal_wait_until_orders_data_over_many_rounds(world):
     world.run(_ring_body, False)
 
@@ -146,6 +174,10 @@ def test_device_context_ring_orders_data(world):
 
 def test_device_barrier_orders_kernels_across_ranks(world):
     world.run(_device_barrier_body, 10)
+
+
+def test_wake_links_reads_every_peer_of_the_node_and_changes_nothing(world):
+    world.run(_wake_links_body)
 
 
 def test_group_barriers_only_wait_for_members(multi_world):

@@ -247,6 +247,8 @@ def test_interpreter_computes_bf16_as_a_gpu_does(tmp_path):
             tl.store(out + 5 * n, tl.sum(a))
             tl.store(out + 5 * n + 1, tl.min(a))
             tl.store(less + o, (a < b).to(tl.int32))
+            tl.store(out + 6 * n + o, -a)
+            tl.store(out + 7 * n + o, tl.abs(b))
 
         @triton.jit
         def matmul(x, y, out, n: tl.constexpr):
@@ -258,7 +260,7 @@ def test_interpreter_computes_bf16_as_a_gpu_does(tmp_path):
         n = 16
         g = torch.Generator().manual_seed(0)
         x, y = (torch.randn(n, generator=g).to(torch.bfloat16) for _ in range(2))
-        out, less = torch.zeros(6 * n, dtype=torch.bfloat16), torch.zeros(n, dtype=torch.int32)
+        out, less = torch.zeros(8 * n, dtype=torch.bfloat16), torch.zeros(n, dtype=torch.int32)
         kernel[(1,)](x, y, out, less, n)
         bf16 = lambda t: t.to(torch.bfloat16)
         assert torch.equal(out[:n], x + y)
@@ -268,6 +270,7 @@ def test_interpreter_computes_bf16_as_a_gpu_does(tmp_path):
         assert torch.equal(out[4 * n : 5 * n], bf16((x.float() * 4).int().float()))
         assert out[5 * n] == bf16(x.float().sum()) and out[5 * n + 1] == x.min()
         assert torch.equal(less, (x < y).int())
+        assert torch.equal(out[6 * n : 7 * n], -x) and torch.equal(out[7 * n :], y.abs())
         a, b = (torch.randn(n, n, generator=g).to(torch.bfloat16) for _ in range(2))
         c = torch.zeros(n, n)
         matmul[(1,)](a, b, c, n)

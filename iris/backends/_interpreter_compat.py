@@ -26,11 +26,13 @@ Each fix changes nothing where the interpreter already works:
   across the rank processes that share the heaps.
 - **bf16 arithmetic.** For the same reason every other bf16 computation ran on the
   bits: ``1 + 1`` gave ``2**127``, ``tl.dot`` and ``tl.sum`` of bf16 tiles nonsense,
-  and comparisons of negative values the wrong way round. Float arithmetic,
-  comparisons, math functions, ``tl.dot``, the reductions and scans numpy computes
-  directly (sum, min, max, cumsum, cumprod) and casts to and from bf16 now widen
-  bf16 operands to fp32 and round a bf16 result to nearest even, as a GPU does (the
-  interpreter's own fp32-to-bf16 cast truncated).
+  comparisons of negative values the wrong way round, and ``tl.abs`` (and, from
+  Triton 3.9, unary minus) left a negative value's bits as they were. Float
+  arithmetic, negation, absolute values, comparisons, math functions, ``tl.dot``,
+  the reductions and scans numpy computes directly (sum, min, max, cumsum,
+  cumprod) and casts to and from bf16 now widen bf16 operands to fp32 and round a
+  bf16 result to nearest even, as a GPU does (the interpreter's own fp32-to-bf16
+  cast truncated).
 - **Launch hooks.** :data:`AFTER_LAUNCH` runs after every interpreted launch (the
   emulation backend delivers cross-node writes there).
 - **Helper calls.** The interpreter patches ``triton.language`` (every builtin of
@@ -263,6 +265,9 @@ _BF16_FLOAT_OPS = {
             "create_fdiv",
             "create_frem",
             "create_precise_divf",
+            "create_approx_divf",  # Triton 3.9
+            "create_fneg",  # Triton 3.9 (3.6 negated by subtracting from zero)
+            "create_fabs",
             "create_minimumf",
             "create_minnumf",
             "create_maximumf",

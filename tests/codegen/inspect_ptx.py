@@ -38,6 +38,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 import iris
+from iris.device import wake
 
 
 @triton.jit
@@ -200,6 +201,13 @@ KERNELS = {
     "wait_plain": (wait_plain_kernel, {"flag": "*i32"}, {}),
     "wait_timed": (wait_timed_kernel, {"flag": "*i32", "heap_bases": "*u64"}, {}),
     "flags64": (flag_kernel, {"flag": "*i64", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"}, {}),
+    "wake_links": (
+        wake.wake_links_kernel,
+        {"heap": "*i32", "lines": "i32", "peers": "*i32", "folded": "*i32", "cur_rank": "i32"}
+        | {"heap_bases": "*u64"},
+        {"LINES": wake.LINES},
+        (0, 2, 3),
+    ),
 }
 
 

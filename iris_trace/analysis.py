@@ -118,10 +118,13 @@ LEGEND = {
     "(NVLink links sleep after 50 ms without traffic, and a launch's first flag each way then arrives "
     "about 105 us late: docs/tracing.md)",
     "computing / not sent / in flight / late look": "the stall split (iris_trace.attribution): the "
-    "producer still computing; the releaser not releasing yet (itself waiting, or doing untraced "
-    "work, or nothing traced released it); data and flag being sent, until the release was issued; the "
+    "producer still computing; the releaser not releasing yet (itself waiting, its rank not started, "
+    "doing untraced work, or nothing traced released it); data and flag being sent, until the release "
+    "was issued; the "
     "flag sent, not yet seen (its way to the waiter, the poll interval, or the waiter not running)",
 }
+#: The parts of a stall the longest-stalls table shows together as "not sent".
+NOT_SENT_PARTS = ("releaser_waiting_ns", "not_started_ns", "not_released_ns", "unattributed_ns")
 #: Shortest gap between two steps of the critical path that the table points out.
 CRITICAL_PATH_GAP_NS = 1000
 CRITICAL_PATH_GAP_WORDS = "with nothing traced on the path (host code, untraced work)"
@@ -344,7 +347,7 @@ class Report:
                     us(s["start_ns"]),
                     us(s["duration_ns"]),
                     us(s["computing_ns"]),
-                    us(s["releaser_waiting_ns"] + s["not_released_ns"] + s["unattributed_ns"]),
+                    us(sum(s[part] for part in NOT_SENT_PARTS)),
                     us(s["in_flight_ns"]),
                     us(s["late_look_ns"]),
                     releaser,

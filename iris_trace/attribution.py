@@ -14,10 +14,13 @@ the release started (a GEMM tile, say, or the releaser's own wait). The wait
   (``[start, step end)``): the producer was still computing;
 * ``releaser_waiting_ns``: the last step is a wait that had not ended yet: the
   releaser was itself stalled (follow it with :func:`critical_path`);
-* ``not_released_ns``: between the end of the last step (or the wait's start, when
-  there is none) and the release's start, the time in which the releaser's SM ran no
-  traced communication: untraced work, host code between two launches, or a kernel
-  that had not started yet;
+* ``not_started_ns``: between the end of the last step (or the wait's start, when
+  there is none) and the releasing rank's first traced event: that rank had not
+  started yet (its launch came later: host time before it, or a rank that left the last
+  barrier later);
+* ``not_released_ns``: the rest of the time up to the release's start in which the
+  releaser's SM ran no traced communication: untraced work, or host code between two
+  launches;
 * ``in_flight_ns``: in that same stretch, the time the releaser's SM spent in traced
   communication (pushing the data the flag announces), then the release itself until it
   was issued (``release end``);
@@ -73,6 +76,7 @@ from .schema import DATA_EVENTS, RELEASE_EVENTS, SCOPE_BASE, WAIT_EVENTS, event_
 PARTS = (
     "computing_ns",
     "releaser_waiting_ns",
+    "not_started_ns",
     "not_released_ns",
     "in_flight_ns",
     "late_look_ns",
@@ -84,7 +88,8 @@ PART_WORDS = {
     "releaser_waiting_ns": "the releaser was itself waiting",
     "in_flight_ns": "the data and flag were in flight",
     "late_look_ns": "the flag had been sent but the waiter had not seen it yet",
-    "not_released_ns": "the releaser was running untraced work or host code, or had not started",
+    "not_started_ns": "the releasing rank had not started yet",
+    "not_released_ns": "the releaser was running untraced work or host code",
     "unattributed_ns": "no traced op released it",
 }
 _NO_TIME = np.iinfo(np.int64).min
@@ -135,16 +140,19 @@ def attribute_waits(events: np.ndarray, releaser: np.ndarray | None = None) -> d
     step = np.maximum(producer, 0)
     step_computes = has_step & (kind[step] == COMPUTE)
 
-    # Boundaries inside [w_start, w_end], in order: step | up to the release | release | late look.
+    # Boundaries inside [w_start, w_end], in order: step | releasing rank's start | up to the
+    # release | release | late look.
     stepped = np.clip(np.where(has_step, ends[step], w_start), w_start, w_end)
     releasing = np.clip(r_start, stepped, w_end)
+    started = np.clip(_first_starts(events, starts)[events["cur_rank"][source]], stepped, releasing)
     issued = np.clip(r_end, releasing, w_end)
     pushing = _communicating(events, kind, source, stepped, releasing)
     step_part = np.where(released, stepped - w_start, 0)
     parts = {
         "computing_ns": np.where(step_computes, step_part, 0),
         "releaser_waiting_ns": np.where(step_computes, 0, step_part),
-        "not_released_ns": np.where(released, releasing - stepped - pushing, 0),
+        "not_started_ns": np.where(released, started - stepped, 0),
+        "not_released_ns": np.where(released, releasing - started - pushing, 0),
         "in_flight_ns": np.where(released, pushing + issued - releasing, 0),
         "late_look_ns": np.where(released, w_end - issued, 0),
         "unattributed_ns": np.where(released, 0, length),
@@ -160,6 +168,14 @@ def attribute_waits(events: np.ndarray, releaser: np.ndarray | None = None) -> d
         "producer": producer,
         **{name: parts[name].astype(np.int64) for name in PARTS},
     }
+
+
+def _first_starts(events, starts) -> np.ndarray:
+    """Each rank's first traced start (indexed by rank; ranks with no events: the latest time)."""
+    ranks = events["cur_rank"].astype(np.int64)
+    first = np.full(int(ranks.max()) + 1 if len(ranks) else 1, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, ranks, starts)
+    return first
 
 
 def _communicating(events, kind, source, lo, hi) -> np.ndarray:

@@ -215,7 +215,8 @@ def test_top_stall_reports_its_releaser():
         "releaser_waiting_ns": 0,
         "in_flight_ns": 1,
         "late_look_ns": 149,
-        "not_released_ns": 50,
+        "not_started_ns": 50,  # rank 0's first traced event is that signal
+        "not_released_ns": 0,
         "unattributed_ns": 0,
     }
 

@@ -61,6 +61,7 @@ def test_a_producer_that_finishes_its_tile_late_is_computing_time():
         "releaser_waiting_ns": 0,
         "in_flight_ns": 2,
         "late_look_ns": 3,
+        "not_started_ns": 0,
         "not_released_ns": 0,
         "unattributed_ns": 0,
     }
@@ -93,6 +94,21 @@ def test_a_releaser_running_nothing_traced_before_its_release_is_not_released_ti
     assert (group["releaser_rank"], group["producer"]) == (0, None)
 
 
+def test_a_releasing_rank_that_started_late_is_not_started_time_then_its_own_steps():
+    # Rank 1's pushers wait from 0 for rank 0's entry flag; rank 0's kernel starts at 100
+    # (the flag is its first event) and the flag lands at 101.
+    events = make_events(
+        (schema.SIGNAL, 0, 4, 100, 101, signal_to(1)),
+        (GEMM, 0, 1, 100, 180),
+        (schema.WAIT_UNTIL, 1, 5, 0, 102, wait_for()),
+    )
+    split, _, _ = split_of(events)
+    assert (split["not_started_ns"], split["not_released_ns"], split["in_flight_ns"]) == (100, 0, 1)
+    assert split["late_look_ns"] == 1
+    (line, *_) = summarize_waits(wait_groups(events, attribute_waits(events)), 2)
+    assert "the releasing rank had not started yet (98%)" in line
+
+
 def test_only_the_releasers_traced_pushes_count_as_in_flight():
     # After its tile, rank 0's SM pushes for 30 ns, runs untraced code for 40, then signals.
     events = make_events(
@@ -108,6 +124,7 @@ def test_only_the_releasers_traced_pushes_count_as_in_flight():
         "releaser_waiting_ns": 0,
         "in_flight_ns": 32,
         "late_look_ns": 3,
+        "not_started_ns": 0,
         "not_released_ns": 40,
         "unattributed_ns": 0,
     }
@@ -123,7 +140,8 @@ def test_a_waiter_that_looks_late_is_late_look_time():
     assert (split["computing_ns"], split["in_flight_ns"], split["late_look_ns"]) == (5, 2, 88)
 
 
-def test_a_barrier_released_by_a_rank_that_computes_nothing_is_not_released_time():
+def test_a_barrier_released_by_a_rank_that_had_not_started_is_not_started_time():
+    # Rank 0's arrival is its first traced event: its launch came 40 ns after rank 1 began waiting.
     events = make_events(
         (schema.ATOMIC_ADD, 0, 7, 40, 41, signal_to(1, value=2, address=0x0)),
         (schema.BARRIER_WAIT, 1, 3, 0, 45, wait_for(value=2, address=0x0)),
@@ -134,7 +152,8 @@ def test_a_barrier_released_by_a_rank_that_computes_nothing_is_not_released_time
         "releaser_waiting_ns": 0,
         "in_flight_ns": 1,
         "late_look_ns": 4,
-        "not_released_ns": 40,
+        "not_started_ns": 40,
+        "not_released_ns": 0,
         "unattributed_ns": 0,
     }
     (group,) = wait_groups(events, attribute_waits(events), NAMES)

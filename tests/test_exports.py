@@ -350,6 +350,7 @@ def test_ranks_on_one_clock_get_no_fitted_offset():
 WAIT_SPLIT = {
     "computing_ns": 0,
     "releaser_waiting_ns": 0,
+    "not_started_ns": 0,
     "not_released_ns": 15,
     "in_flight_ns": 20,
     "late_look_ns": 5,

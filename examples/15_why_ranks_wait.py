@@ -7,7 +7,7 @@ attributes every wait to the op that released it and splits the wait: the
 producer still computing, the releaser not releasing yet, data in flight, or a
 flag that arrived while the waiter looked elsewhere. This example checks that
 the report finds the cause it built in: the peers' longest waits are released by
-rank 0 while its ``tile compute`` scope was still running.
+rank 0 while its ``tile compute`` scope of tile ``SLOW_TILE`` was still running.
 
 Run:  python -m iris.run -n 2 examples/15_why_ranks_wait.py
 """
@@ -102,11 +102,12 @@ def main() -> int:
             # The peer's largest group of waits: who released them, and what held the release up.
             top = next(group for group in report.wait_causes if group["rank"] == peer)
             cause = max(PARTS, key=lambda part: top[part])  # the largest part of that wait time
-            if (top["releaser_rank"], top["producer"], cause) != (0, "tile compute", "computing_ns"):
-                print(f"rank {peer}'s waits were not put on rank 0's tile compute: {top}")
+            found = (top["releaser_rank"], top["producer"], top["producer_tile"], cause)
+            if found != (0, "tile compute", f"({SLOW_TILE})", "computing_ns"):
+                print(f"rank {peer}'s waits were not put on rank 0's slow tile still computing: {top}")
                 status = 1
         if status == 0:
-            print("rank 0: 15_why_ranks_wait OK: every peer's waits are rank 0's tiles still computing")
+            print(f"rank 0: 15_why_ranks_wait OK: every peer waited for rank 0's tile {SLOW_TILE} to finish")
     ctx.close()
     return status
 

@@ -243,7 +243,9 @@ class Report:
         """
         os.makedirs(directory, exist_ok=True)
         paths = []
-        cause_fields = ("rank", "op", "releaser_rank", "producer", "waits", "wait_ns", "share", *PARTS)
+        cause_fields = ("rank", "op", "releaser_rank", "producer", "producer_tile", "waits", "wait_ns")
+        cause_fields += ("share", *PARTS)
+
         for name, fields, rows in (
             ("per_sm.csv", PER_SM_FIELDS, self.per_sm),
             ("per_rank.csv", PER_RANK_FIELDS, self.per_rank),

@@ -210,14 +210,18 @@ def wait_groups(
 
     Each row: ``rank``, ``op``, ``releaser_rank`` (None: unreleased), ``producer`` (the name of
     the releaser's last step, a scope or a wait, where that step was still running when the
-    wait began; else None: a step that had ended before held nothing up), ``waits``,
-    ``wait_ns``, ``share`` (of the rank's wait time) and the parts.
+    wait began; else None: a step that had ended before held nothing up), ``producer_tile``
+    (which of the producer's tiles: ``"(2,3)"``, or ``"(2)"`` for scopes that name only
+    ``pid_m``, when one tile has half of the group's wait time or more, ``"(2,*)"`` or
+    ``"(*,3)"`` when they all share a row or a column, else None), ``waits``, ``wait_ns``,
+    ``share`` (of the rank's wait time) and the parts.
 
     Example:
         >>> wait_groups(trace.events, attribute_waits(trace.events))[0]["producer"]
         'gemm tile'
     """
     rows: dict[tuple, dict] = {}
+    tiles: dict[tuple, dict[tuple[int, int], int]] = {}
     totals: dict[int, int] = {}
     length = causes["end_ns"] - causes["start_ns"]
     held_up = step_held_up(causes)
@@ -247,10 +251,30 @@ def wait_groups(
         for name in PARTS:
             row[name] += int(causes[name][i])
         totals[rank] = totals.get(rank, 0) + int(length[i])
+        if step >= 0 and events["pid_m"][step] >= 0:
+            tile = (int(events["pid_m"][step]), int(events["pid_n"][step]))
+            waited = tiles.setdefault(key, {})
+            waited[tile] = waited.get(tile, 0) + int(length[i])
+    for key, row in rows.items():
+        row["producer_tile"] = _tile_label(tiles.get(key, {}), row["wait_ns"])
     ordered = sorted(rows.values(), key=lambda r: (-r["wait_ns"], r["rank"], r["op"]))
     for row in ordered:
         row["share"] = row["wait_ns"] / totals[row["rank"]] if totals[row["rank"]] else 0.0
     return ordered
+
+
+def _tile_label(waited: dict[tuple[int, int], int], total_ns: int) -> str | None:
+    # Which producer tiles a group of waits waited for (wait_groups' ``producer_tile``).
+    if not waited:
+        return None
+    (pid_m, pid_n), most = max(waited.items(), key=lambda item: item[1])
+    if 2 * most >= total_ns:
+        return f"({pid_m},{pid_n})" if pid_n >= 0 else f"({pid_m})"  # a scope may name only pid_m
+    if len({m for m, _ in waited}) == 1 and pid_n >= 0:
+        return f"({pid_m},*)"
+    if len({n for _, n in waited}) == 1 and pid_n >= 0:
+        return f"(*,{pid_n})"
+    return None
 
 
 def seen_latency(events: np.ndarray, causes: dict[str, np.ndarray]) -> list[dict]:
@@ -344,7 +368,8 @@ def summarize_waits(groups: list[dict], world_size: int, lifecycle: dict | None 
         elif top["producer"] is None:
             whom = f"rank {top['releaser_rank']}"
         else:
-            whom = f"rank {top['releaser_rank']}'s {top['producer']}"
+            tile = f" {top['producer_tile']}" if top.get("producer_tile") else ""
+            whom = f"rank {top['releaser_rank']}'s {top['producer']}{tile}"
         # Parts that round to 0% say nothing: leave them out.
         split = sorted(((top[p], p) for p in PARTS if top[p] * 200 >= top["wait_ns"] > 0), reverse=True)
         reasons = "; ".join(f"{PART_WORDS[p]} ({100 * n / top['wait_ns']:.0f}%)" for n, p in split)

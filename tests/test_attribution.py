@@ -109,6 +109,33 @@ def test_a_releasing_rank_that_started_late_is_not_started_time_then_its_own_ste
     assert "the releasing rank had not started yet (98%)" in line
 
 
+def _waits_on_tiles(*tiles):
+    # Rank 1 waits on one flag per tile; rank 0 signals each once its tile's scope ends.
+    specs = []
+    for i, (pid_m, pid_n, length) in enumerate(tiles):
+        start = 1000 * i
+        flag = {"pid_m": pid_m, "pid_n": pid_n}
+        specs += [
+            (GEMM, 0, 1, start, start + length, flag),
+            (schema.SIGNAL, 0, 1, start + length, start + length + 1, {**signal_to(1, address=FLAG + 8 * i)}),
+            (schema.WAIT_UNTIL, 1, 5, start + 1, start + length + 2, wait_for(address=FLAG + 8 * i)),
+        ]
+    events = make_events(*specs)
+    return wait_groups(events, attribute_waits(events), NAMES)
+
+
+def test_the_tile_that_held_most_of_the_wait_is_named():
+    (group,) = _waits_on_tiles((2, 3, 300), (4, 1, 100))
+    assert group["producer_tile"] == "(2,3)"
+    assert "for rank 0's gemm tile (2,3):" in summarize_waits([group], 2)[0]
+
+
+def test_tiles_of_one_row_or_one_column_are_named_by_it():
+    assert _waits_on_tiles((2, 3, 100), (2, 5, 100), (2, 7, 100))[0]["producer_tile"] == "(2,*)"
+    assert _waits_on_tiles((1, 3, 100), (2, 3, 100), (4, 3, 100))[0]["producer_tile"] == "(*,3)"
+    assert _waits_on_tiles((1, 3, 100), (2, 5, 100), (4, 7, 100))[0]["producer_tile"] is None
+
+
 def test_only_the_releasers_traced_pushes_count_as_in_flight():
     # After its tile, rank 0's SM pushes for 30 ns, runs untraced code for 40, then signals.
     events = make_events(

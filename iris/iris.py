@@ -765,7 +765,7 @@ class Iris:
         when the links slept, a few us when not. Call it before a call whose trace or
         timing should show the links awake; steady loops never need it. Ranks of other
         nodes are left alone (their traffic crosses no NVLink of this node). Nothing on
-        the heap changes; every backend runs the same kernel.
+        the heap changes, its reads are never traced, and every backend runs the same kernel.
 
         Example:
             >>> ctx.wake_links()

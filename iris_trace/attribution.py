@@ -93,6 +93,8 @@ PART_WORDS = {
     "unattributed_ns": "no traced op released it",
 }
 _NO_TIME = np.iinfo(np.int64).min
+#: Ranks whose first traced events lie this far apart get a line in the report's summary.
+START_SPREAD_NS = 10_000
 
 
 def attribute_waits(events: np.ndarray, releaser: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -349,8 +351,14 @@ def seen_latency(events: np.ndarray, causes: dict[str, np.ndarray]) -> list[dict
     return rows
 
 
-def summarize_waits(groups: list[dict], world_size: int, lifecycle: dict | None = None) -> list[str]:
+def summarize_waits(
+    groups: list[dict], world_size: int, lifecycle: dict | None = None, first_events: dict | None = None
+) -> list[str]:
     """The report's first lines: per rank, where most of its wait time went, in words.
+
+    ``lifecycle`` (:func:`lifecycle_summary`) adds each rank's tile push latency;
+    ``first_events`` (:func:`first_events`) a line when the ranks started
+    :data:`START_SPREAD_NS` or more apart.
 
     Example:
         >>> summarize_waits(wait_groups(events, causes), 2)[0]
@@ -378,6 +386,16 @@ def summarize_waits(groups: list[dict], world_size: int, lifecycle: dict | None 
             f"{100 * top['share']:.0f}% of wait time on rank {rank} ({_duration(total)} summed over "
             f"{waits} wait{'s' if waits != 1 else ''}) is {top['op']} for {whom}: {reasons}"
         )
+    if first_events and first_events["spread_ns"] >= START_SPREAD_NS:
+        total = sum(g["wait_ns"] for g in groups)
+        unstarted = sum(g["not_started_ns"] for g in groups)
+        share = f"{100 * unstarted / total:.0f}%" if total else "none"
+        lines.append(
+            f"rank {first_events['last']}'s first traced event came {_duration(first_events['spread_ns'])} "
+            f"after rank {first_events['first']}'s (its launch began later: host time before it, or a "
+            f"later exit from the last barrier); waits on a rank that had not started yet took {share} "
+            "of all wait time"
+        )
     if lifecycle:
         for rank, stats in sorted(lifecycle.items()):
             latency = stats.get("latency_ns")
@@ -387,6 +405,29 @@ def summarize_waits(groups: list[dict], world_size: int, lifecycle: dict | None 
                     f"visible at the peers) {_duration(latency['median'])}, p99 {_duration(latency['p99'])}"
                 )
     return lines
+
+
+def first_events(events: np.ndarray) -> dict | None:
+    """When each rank's first traced event began, and which ranks began first and last.
+
+    Returns ``{"first_ns": {rank: ns}, "first": rank, "last": rank, "spread_ns": ns}``, or
+    None with fewer than two ranks in ``events``. A rank whose launch began later than
+    the others' leaves its peers waiting with nothing to blame but that start
+    (``not_started_ns`` of :func:`attribute_waits`).
+
+    Example:
+        >>> first_events(trace.events)["spread_ns"]
+        103424
+    """
+    events = np.asarray(events)
+    ranks = np.unique(events["cur_rank"])
+    if len(ranks) < 2:
+        return None
+    firsts = _first_starts(events, events["start_ns"].astype(np.int64))
+    first_ns = {int(r): int(firsts[r]) for r in ranks}
+    first = min(first_ns, key=first_ns.get)
+    last = max(first_ns, key=first_ns.get)
+    return {"first_ns": first_ns, "first": first, "last": last, "spread_ns": first_ns[last] - first_ns[first]}
 
 
 def tile_lifecycles(events: np.ndarray, releaser: np.ndarray | None = None) -> dict[str, np.ndarray]:

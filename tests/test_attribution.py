@@ -109,6 +109,25 @@ def test_a_releasing_rank_that_started_late_is_not_started_time_then_its_own_ste
     assert "the releasing rank had not started yet (98%)" in line
 
 
+def test_ranks_that_started_far_apart_get_a_line_naming_the_late_one():
+    events = make_events(
+        (schema.WAIT_UNTIL, 1, 5, 0, 20_002, wait_for()),
+        (schema.SIGNAL, 0, 4, 20_000, 20_001, signal_to(1)),  # rank 0's launch began 20 us later
+    )
+    summary = analyze(events, 2).summary
+    (line,) = [line for line in summary if "first traced event" in line]
+    assert line.startswith("rank 0's first traced event came 20.0 us after rank 1's")
+    assert line.endswith("waits on a rank that had not started yet took 100% of all wait time")
+
+
+def test_ranks_that_started_together_get_no_start_line():
+    events = make_events(
+        (schema.WAIT_UNTIL, 1, 5, 0, 9_002, wait_for()),
+        (schema.SIGNAL, 0, 4, 9_000, 9_001, signal_to(1)),  # 9 us: under START_SPREAD_NS
+    )
+    assert not [line for line in analyze(events, 2).summary if "first traced event" in line]
+
+
 def _waits_on_tiles(*tiles):
     # Rank 1 waits on one flag per tile; rank 0 signals each once its tile's scope ends.
     specs = []

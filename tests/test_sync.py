@@ -164,6 +164,16 @@ def _wake_links_body(rank, world_size):
         ctx.barrier()
 
 
+def _wake_links_untraced_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        ctx.tracing.enable(max_events=1 << 10)
+        ctx.barrier()
+        ctx.wake_links()
+        ctx.barrier()
+        assert len(ctx.tracing.events()) == 0
+        ctx.tracing.disable()
+
+
 def test_signal_wait_until_orders_data_over_many_rounds(world):
     world.run(_ring_body, False)
 
@@ -178,6 +188,10 @@ def test_device_barrier_orders_kernels_across_ranks(world):
 
 def test_wake_links_reads_every_peer_of_the_node_and_changes_nothing(world):
     world.run(_wake_links_body)
+
+
+def test_wake_links_records_nothing_while_tracing(world):
+    world.run(_wake_links_untraced_body)
 
 
 def test_group_barriers_only_wait_for_members(multi_world):

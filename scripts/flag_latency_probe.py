@@ -2,7 +2,7 @@
 
 The quick start's trace showed each rank's pushers seeing the peer's entry flag (the
 first flag of the call) tens of microseconds after it was issued while they polled,
-and later flags within a microsecond (docs/tracing.md, "Runs to look at"). This probe
+and later flags within a microsecond (docs/tracing.md, "Links that sleep"). This probe
 isolates that: on every rank, program 0 raises flag 0 on the peer at once and flag 1
 about 300 us later, while the last ``POLLERS`` programs (where the fused kernels keep
 their pushers) wait for the peer's two flags; the other programs, and program 0 between

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Why the first flag after a pause is late (docs/tracing.md, "Runs to look at"):
+# Why the first flag after a pause is late (docs/tracing.md, "Links that sleep"):
 # scripts/flag_latency_probe.py at 2 ranks (one per GPU), untraced, after a pause of idle
 # GPUs or of busy ones (every SM spinning on its clock, no traffic between GPUs), with
 # reads of the peer's memory timed just before the launch (--warm-lines: how many lines;

@@ -8,7 +8,7 @@ late whatever the kernel does. A GPU spreads its addresses over all its links, a
 link wakes on its own traffic: on 2 x H100 (``scripts/flag_latency_probe.py``), after
 100 ms without traffic, one remote read took 105 us and the next 0.9 us, yet a flag on
 another line then still paid the full wake; after reads of 64 lines at once, or of the
-flag's own line, the flag came on time (docs/tracing.md, "Runs to look at").
+flag's own line, the flag came on time (docs/tracing.md, "Links that sleep").
 
 :func:`wake_links_kernel` therefore reads one word of each of the first ``LINES``
 128-byte lines of every peer's heap at once (enough lines that every link to that peer

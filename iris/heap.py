@@ -33,12 +33,8 @@ def _aligned(offset: int) -> int:
     return -(-offset // ALIGNMENT) * ALIGNMENT
 
 
-def _element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def _nbytes(shape, dtype: torch.dtype) -> int:
-    return math.prod(shape) * _element_size(dtype)
+    return math.prod(shape) * dtype.itemsize
 
 
 def _start_address(tensor: torch.Tensor) -> int:
@@ -222,7 +218,7 @@ class SymmetricHeap:
             1024
         """
         nbytes = min(nbytes, self.mapped_size)
-        return self._view(0, nbytes, (nbytes // _element_size(dtype),), dtype)
+        return self._view(0, nbytes, (nbytes // dtype.itemsize,), dtype)
 
     def _view(self, offset: int, nbytes: int, shape, dtype: torch.dtype) -> torch.Tensor:
         return self._storage[offset : offset + nbytes].view(dtype).view(shape)

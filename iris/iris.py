@@ -782,7 +782,7 @@ class Iris:
                 (len(peers),),
                 (
                     heap,
-                    heap.numel() * 4 // wake.LINE_BYTES,
+                    heap.numel() * heap.element_size() // wake.LINE_BYTES,
                     torch.tensor(peers, dtype=torch.int32, device=self.heap.device),
                     torch.zeros(len(peers), dtype=torch.int32, device=self.heap.device),
                     self.cur_rank,

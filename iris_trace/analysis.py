@@ -99,6 +99,10 @@ STALL_FIELDS = (
     "producer_end_ns",
     *PARTS,
 )
+#: Columns of ``wait_causes.csv``: the rows of :func:`~iris_trace.attribution.wait_groups`.
+WAIT_CAUSE_FIELDS = (
+    "rank", "op", "releaser_rank", "producer", "producer_tile", "waits", "wait_ns", "share", *PARTS,
+)  # fmt: skip
 SEEN_LATENCY_FIELDS = (
     "releaser_rank", "rank", "waits", "min_ns", "median_ns",
     "slowest_ns", "slowest_address", "slowest_waits", "slowest_is_first",
@@ -244,14 +248,11 @@ class Report:
         """
         os.makedirs(directory, exist_ok=True)
         paths = []
-        cause_fields = ("rank", "op", "releaser_rank", "producer", "producer_tile", "waits", "wait_ns")
-        cause_fields += ("share", *PARTS)
-
         for name, fields, rows in (
             ("per_sm.csv", PER_SM_FIELDS, self.per_sm),
             ("per_rank.csv", PER_RANK_FIELDS, self.per_rank),
             ("top_stalls.csv", STALL_FIELDS, [_hex_address(r) for r in self.top_stalls]),
-            ("wait_causes.csv", cause_fields, self.wait_causes),
+            ("wait_causes.csv", WAIT_CAUSE_FIELDS, self.wait_causes),
             ("seen_latency.csv", SEEN_LATENCY_FIELDS, self.seen_latency),
         ):
             path = os.path.join(directory, name)

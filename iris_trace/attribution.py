@@ -352,12 +352,12 @@ def seen_latency(events: np.ndarray, causes: dict[str, np.ndarray]) -> list[dict
 
 
 def summarize_waits(
-    groups: list[dict], world_size: int, lifecycle: dict | None = None, first_events: dict | None = None
+    groups: list[dict], world_size: int, lifecycle: dict | None = None, starts: dict | None = None
 ) -> list[str]:
     """The report's first lines: per rank, where most of its wait time went, in words.
 
     ``lifecycle`` (:func:`lifecycle_summary`) adds each rank's tile push latency;
-    ``first_events`` (:func:`first_events`) a line when the ranks started
+    ``starts`` (:func:`first_events`) a line when the ranks started
     :data:`START_SPREAD_NS` or more apart.
 
     Example:
@@ -386,13 +386,13 @@ def summarize_waits(
             f"{100 * top['share']:.0f}% of wait time on rank {rank} ({_duration(total)} summed over "
             f"{waits} wait{'s' if waits != 1 else ''}) is {top['op']} for {whom}: {reasons}"
         )
-    if first_events and first_events["spread_ns"] >= START_SPREAD_NS:
+    if starts and starts["spread_ns"] >= START_SPREAD_NS:
         total = sum(g["wait_ns"] for g in groups)
         unstarted = sum(g["not_started_ns"] for g in groups)
         share = f"{100 * unstarted / total:.0f}%" if total else "none"
         lines.append(
-            f"rank {first_events['last']}'s first traced event came {_duration(first_events['spread_ns'])} "
-            f"after rank {first_events['first']}'s (its launch began later: host time before it, or a "
+            f"rank {starts['last']}'s first traced event came {_duration(starts['spread_ns'])} "
+            f"after rank {starts['first']}'s (its launch began later: host time before it, or a "
             f"later exit from the last barrier); waits on a rank that had not started yet took {share} "
             "of all wait time"
         )

@@ -103,3 +103,35 @@ def test_a_plan_that_cannot_be_recorded_warns_once_and_runs_its_steps():
         plan()
     plan()
     assert calls == ["step"] * 3 and backend.captured == 1
+
+
+def _fake_cuda_runtime(attributes):
+    # Just enough of cuda.bindings.runtime for cudaDeviceGetAttribute (which answers
+    # cudaErrorInvalidValue for an attribute not in ``attributes``).
+    from types import SimpleNamespace
+
+    names = ("cudaDevAttrMemoryClockRate", "cudaDevAttrGlobalMemoryBusWidth")
+    return SimpleNamespace(
+        cudaDeviceAttr=SimpleNamespace(**{name: name for name in names}),
+        cudaError_t=SimpleNamespace(cudaSuccess=0),
+        cudaGetErrorName=lambda err: (0, b"cudaErrorInvalidValue"),
+        cudaDeviceGetAttribute=lambda name, index: (0, attributes[name]) if name in attributes else (1, 0),
+    )
+
+
+def test_the_cuda_backend_reads_peak_memory_bandwidth_from_clock_and_bus(monkeypatch):
+    from iris.backends import cuda_ipc
+
+    # An H200 as its driver describes it: 3.2 GHz (in kHz) on a 6144-bit bus.
+    h200 = {"cudaDevAttrMemoryClockRate": 3_201_000, "cudaDevAttrGlobalMemoryBusWidth": 6144}
+    monkeypatch.setattr(cuda_ipc, "_runtime", lambda: _fake_cuda_runtime(h200))
+    bandwidth = cuda_ipc.CudaBackend().memory_bandwidth(torch.device("cuda", 0))
+    assert bandwidth == pytest.approx(4.917e12, rel=1e-3)
+
+
+def test_memory_bandwidth_is_zero_where_it_is_not_known(monkeypatch):
+    from iris.backends import cuda_ipc
+
+    monkeypatch.setattr(cuda_ipc, "_runtime", lambda: _fake_cuda_runtime({"cudaDevAttrMemoryClockRate": 1}))
+    assert cuda_ipc.CudaBackend().memory_bandwidth(torch.device("cuda", 0)) == 0.0
+    assert make_backend("emulated").memory_bandwidth(torch.device("cpu")) == 0.0

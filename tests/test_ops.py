@@ -412,8 +412,18 @@ def test_auto_reduce_scatter_uses_the_copy_engines_from_four_million_elements():
 
 def test_auto_reduce_scatter_with_small_blocks_per_peer_fuses_only_a_shallow_gemm():
     cfg, op = FusedConfig(), "matmul_reduce_scatter"
-    assert choose_variant(cfg, 1024, 14336, 1024, 4, 132, op) == "fused"  # 3.5 Mi elements per peer, K 1024
-    assert choose_variant(cfg, 1024, 8192, 2048, 4, 132, op) == "unfused"  # 2 Mi elements per peer, K 2048
+    h100 = dict(memory_bandwidth=3.35e12)  # bytes per second of HBM3
+    assert choose_variant(cfg, 1024, 14336, 1024, 4, 132, op, **h100) == "fused"  # 3.5 Mi per peer, K 1024
+    assert choose_variant(cfg, 1024, 8192, 2048, 4, 132, op, **h100) == "unfused"  # 2 Mi per peer, K 2048
+    assert choose_variant(cfg, 1024, 8192, 2048, 4, 132, op) == "unfused"  # memory not known: as on H100s
+
+
+def test_auto_reduce_scatter_keeps_small_blocks_on_the_copy_engines_with_fast_memory():
+    cfg, op = FusedConfig(), "matmul_reduce_scatter"
+    h200 = dict(memory_bandwidth=4.8e12)  # bytes per second of HBM3e
+    for rows, cols, k in ((1024, 14336, 1024), (1024, 8192, 2048)):
+        assert choose_variant(cfg, rows, cols, k, 4, 132, op, **h200) == "copy_engine"
+    assert choose_variant(cfg, 1024, 8192, 2048, 4, 132, op, spans_nodes=True, **h200) != "copy_engine"
 
 
 def test_auto_never_picks_the_copy_engines_when_the_job_spans_nodes():

@@ -135,6 +135,18 @@ class Backend(ABC):
     def multiprocessor_count(self, device: torch.device) -> int:
         """Streaming multiprocessors (Iris: compute units) of ``device``."""
 
+    def memory_bandwidth(self, device: torch.device) -> float:
+        """Peak bytes per second of ``device``'s own memory; 0.0 where it is not known.
+
+        ``auto`` reads it where two cards of one architecture chose differently
+        (``iris.ops.config.FAST_MEMORY_BYTES_PER_S``).
+
+        Example:
+            >>> backend.memory_bandwidth(torch.device("cuda", 0)) / 1e12   # an H200
+            4.8
+        """
+        return 0.0
+
     @abstractmethod
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
         """Allocate ``nbytes`` of shareable memory on ``device``."""

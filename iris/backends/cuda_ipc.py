@@ -151,6 +151,20 @@ class CudaBackend(Backend):
     def multiprocessor_count(self, device: torch.device) -> int:
         return torch.cuda.get_device_properties(device).multi_processor_count
 
+    def memory_bandwidth(self, device: torch.device) -> float:
+        # Double data rate: two transfers per memory clock (kHz) over the bus (bits).
+        runtime = _runtime()
+        names = ("cudaDevAttrMemoryClockRate", "cudaDevAttrGlobalMemoryBusWidth")
+        try:
+            attributes = [getattr(runtime.cudaDeviceAttr, name) for name in names]
+            clock_khz, bus_bits = (
+                _check(runtime.cudaDeviceGetAttribute(attribute, device.index), name)
+                for attribute, name in zip(attributes, names)
+            )
+        except (RuntimeError, AttributeError):  # an attribute this driver or binding lacks
+            return 0.0
+        return 2.0 * clock_khz * 1e3 * bus_bits / 8
+
     def device_name(self, device: torch.device) -> str:
         return torch.cuda.get_device_name(device)
 

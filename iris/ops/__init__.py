@@ -44,6 +44,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 
@@ -161,7 +163,12 @@ class Ops:
             op,
             interpreted=ctx.backend.interpreted,
             spans_nodes=ctx.spans_nodes,
+            memory_bandwidth=self._memory_bandwidth,
         )
+
+    @functools.cached_property
+    def _memory_bandwidth(self) -> float:
+        return self._ctx.backend.memory_bandwidth(self._ctx.heap.device)
 
     # ------------------------------------------------------------------ public ops
     def matmul_all_gather(self, out, A, B, bias=None, async_op=False, config=None, workspace=None, *, dim=0):

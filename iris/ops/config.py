@@ -58,13 +58,21 @@ GEMM_FLOPS_PER_LINK_BYTE = 1900
 #: 2^22-2^26 elements: that was the host's time to queue the steps.
 COPY_ENGINE_MIN_ELEMENTS = 1 << 22
 #: With three or more ranks, ``matmul_reduce_scatter`` uses the copy engines only where
-#: each peer's block (per-rank output elements / ranks) is at least this big: the copies
-#: to different peers run one after another, each paying its start. At 2^21 and 3.7 *
-#: 2^20 elements per peer (M = 1024 on four GPUs) they were the fastest style on 4 x H200
-#: by 2-7% in three runs, but on 4 x H100 the slowest, 0.98x and 0.95x against 1.03x
-#: unfused and 1.08x fused (benchmarks/results/fused_ops_h100x4.json); the SM styles stayed
-#: within 7% of them on H200s and never fell below 0.99x on either card.
+#: each peer's block (per-rank output elements / ranks) is at least this big, unless the
+#: GPU's memory is as fast as :data:`FAST_MEMORY_BYTES_PER_S`: the copies to different
+#: peers run one after another, each paying its start. At 2^21 and 3.7 * 2^20 elements
+#: per peer (M = 1024 on four GPUs) they were the slowest style on 4 x H100 in five runs,
+#: 0.94-1.00x against 1.01-1.03x unfused and 1.08-1.10x fused
+#: (benchmarks/results/fused_ops_h100x4.json and its sweeps).
 COPY_ENGINE_MIN_ELEMENTS_PER_PEER = 1 << 22
+#: ... while on 4 x H200 they were the fastest style at both shapes in all five runs, by
+#: 2-6% and 1-2% (1.05-1.08x and 1.11-1.13x; benchmarks/results/fused_ops_h200x4.json and
+#: its sweeps: with the SM styles there, `auto` was 6% behind once). The two cards
+#: share the architecture, the SMs and the links and differ in memory: 4.8 TB/s of HBM3e
+#: against 3.35 TB/s of HBM3 (``Backend.memory_bandwidth``). From this peak rate the
+#: copy engines take small blocks too; where between the two cards the rate starts to
+#: pay is not measured.
+FAST_MEMORY_BYTES_PER_S = 4.0e12
 #: ... and below that size it fuses only a shallow GEMM (per-rank K at most this), where
 #: the exchange is a large share of the call. Four GPUs, M = 1024: at K = 1024 fused beat
 #: cuBLAS plus ``ctx.ccl.reduce_scatter`` by 7-9% on both cards; at K = 2048 the latter won
@@ -534,6 +542,7 @@ def choose_variant(
     *,
     interpreted: bool = False,
     spans_nodes: bool = False,
+    memory_bandwidth: float = 0.0,
 ):
     """The style ``auto`` runs: ``"fused"``, ``"unfused"``, ``"copy_engine"`` or a GEMM + all-scatter style.
 
@@ -545,9 +554,11 @@ def choose_variant(
     enough work to hide it behind (see :data:`MIN_TILES_PER_SM`, :data:`MIN_K`;
     ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM` and :data:`GATHER_MIN_SHARE`);
     ``matmul_reduce_scatter`` uses the copy engines from :data:`COPY_ENGINE_MIN_ELEMENTS`
-    (with three or more ranks from :data:`COPY_ENGINE_MIN_ELEMENTS_PER_PEER` per peer, and
-    below that it runs unfused deeper than :data:`REDUCE_SCATTER_FUSED_MAX_K`), except in
-    jobs that span nodes (``spans_nodes``): copy engines reach only this node's GPUs.
+    (with three or more ranks from :data:`COPY_ENGINE_MIN_ELEMENTS_PER_PEER` per peer
+    unless ``memory_bandwidth``, the GPU's peak bytes per second, reaches
+    :data:`FAST_MEMORY_BYTES_PER_S`; below that it runs unfused deeper than
+    :data:`REDUCE_SCATTER_FUSED_MAX_K`), except in jobs that span nodes
+    (``spans_nodes``): copy engines reach only this node's GPUs.
     With one peer, ``matmul_all_gather`` and ``all_gather_matmul`` use them too (below
     that size ``matmul_reduce_scatter`` runs unfused, and GEMM + all-scatter runs
     ``fused_sequential``, or unfused below :data:`ONE_PEER_SCATTER_MIN_TILES_PER_SM`),
@@ -570,7 +581,10 @@ def choose_variant(
     if world_size == 1 or k < MIN_K:
         return "unfused"
     if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS and not spans_nodes:
-        if world_size == 2 or rows * cols // world_size >= COPY_ENGINE_MIN_ELEMENTS_PER_PEER:
+        per_peer = rows * cols // world_size
+        if world_size == 2 or per_peer >= COPY_ENGINE_MIN_ELEMENTS_PER_PEER:
+            return COPY_ENGINE
+        if memory_bandwidth >= FAST_MEMORY_BYTES_PER_S:
             return COPY_ENGINE
         if k > REDUCE_SCATTER_FUSED_MAX_K:
             return "unfused"

@@ -122,8 +122,17 @@ _SETTINGS = (
 )
 
 
+def _machine(world_size: int | None) -> str:
+    # Which of the host's GPUs ran: a 2-rank result from a 4-GPU machine says so.
+    if not torch.cuda.is_available():
+        return f"{os.cpu_count()} CPU cores"
+    ranks, gpus = world_size or 1, torch.cuda.device_count()
+    placement = "one rank per GPU" if ranks <= gpus else f"{ranks} ranks sharing {gpus} GPU(s)"
+    return f"{ranks} rank(s), {gpus} x {torch.cuda.get_device_name()} visible, {placement}"
+
+
 def write_report(report: dict, path: str | None, world_size: int | None) -> None:
-    """Add the command, device and versions to ``report`` and write it as JSON (rank 0).
+    """Add the command, device, machine and versions to ``report`` and write it as JSON (rank 0).
 
     ``world_size=None``: a single-process benchmark, run with plain ``python``.
     """
@@ -135,6 +144,7 @@ def write_report(report: dict, path: str | None, world_size: int | None) -> None
         {
             "command": f"{settings}{launcher} " + " ".join(sys.argv),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "emulated (CPU)",
+            "machine": report.get("machine") or _machine(world_size),
             "torch": torch.__version__,
             "triton": triton.__version__,
             "python": platform.python_version(),

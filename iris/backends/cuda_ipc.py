@@ -154,13 +154,14 @@ class CudaBackend(Backend):
     def memory_bandwidth(self, device: torch.device) -> float:
         # Double data rate: two transfers per memory clock (kHz) over the bus (bits).
         runtime = _runtime()
-        names = ("cudaDevAttrMemoryClockRate", "cudaDevAttrGlobalMemoryBusWidth")
+
+        def attribute(name: str) -> int:
+            which = getattr(runtime.cudaDeviceAttr, name)
+            return _check(runtime.cudaDeviceGetAttribute(which, device.index), name)
+
         try:
-            attributes = [getattr(runtime.cudaDeviceAttr, name) for name in names]
-            clock_khz, bus_bits = (
-                _check(runtime.cudaDeviceGetAttribute(attribute, device.index), name)
-                for attribute, name in zip(attributes, names)
-            )
+            clock_khz = attribute("cudaDevAttrMemoryClockRate")
+            bus_bits = attribute("cudaDevAttrGlobalMemoryBusWidth")
         except (RuntimeError, AttributeError):  # an attribute this driver or binding lacks
             return 0.0
         return 2.0 * clock_khz * 1e3 * bus_bits / 8

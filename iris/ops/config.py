@@ -582,9 +582,11 @@ def choose_variant(
         return "unfused"
     if op == "matmul_reduce_scatter" and rows * cols >= COPY_ENGINE_MIN_ELEMENTS and not spans_nodes:
         per_peer = rows * cols // world_size
-        if world_size == 2 or per_peer >= COPY_ENGINE_MIN_ELEMENTS_PER_PEER:
-            return COPY_ENGINE
-        if memory_bandwidth >= FAST_MEMORY_BYTES_PER_S:
+        if (
+            world_size == 2
+            or per_peer >= COPY_ENGINE_MIN_ELEMENTS_PER_PEER
+            or memory_bandwidth >= FAST_MEMORY_BYTES_PER_S
+        ):
             return COPY_ENGINE
         if k > REDUCE_SCATTER_FUSED_MAX_K:
             return "unfused"

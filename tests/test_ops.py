@@ -347,6 +347,30 @@ def test_auto_gemm_all_scatter_with_three_peers_follows_the_four_gpu_measurement
     assert choose_variant(cfg, 1024, 2048, 8192, 4, 132, op) == "fused_sequential"  # 0.97: one wave
 
 
+def test_gemm_all_scatter_gives_few_sms_to_pushers_that_fit_behind_the_gemm():
+    from iris.ops import default_config
+    from iris.ops.config import FEW_PUSHERS, scatter_link_share
+
+    op = "matmul_all_gather"
+    assert scatter_link_share(8192, 4) < 1 < scatter_link_share(4096, 4)
+    for rows in (8192, 16384, 32768):  # K = 8192: the pushes take 0.70 of the GEMM's time
+        config = default_config(rows, 2048, 8192, 4, 132, op)
+        assert (config.comm_sms, config.num_stages, config.consumer_warps) == (FEW_PUSHERS, 4, 0)
+    assert default_config(16384, 3584, 4096, 4, 132, op).comm_sms == 24  # K = 4096: 1.39
+    assert default_config(4096, 2048, 8192, 4, 132, op).consumer_warps == 2  # sharing saves a wave first
+    assert default_config(16384, 2048, 8192, 2, 132, op).comm_sms == 16  # one peer: rules 4, 10, 11
+    assert default_config(16384, 2048, 8192, 4, 132, "matmul_all_reduce").num_stages == 3
+
+
+def test_the_descriptor_gemm_keeps_the_stages_that_fit_beside_its_output_tile():
+    from iris.ops.config import descriptor_stages
+
+    # 128 x 256 x 64 bf16: 48 KiB a stage and a 64 KiB output tile (262176 bytes at 4 stages on sm_90).
+    assert descriptor_stages(FusedConfig(block_n=256, num_stages=4), 2) == 3
+    assert descriptor_stages(FusedConfig(block_n=256, num_stages=3), 2) == 3
+    assert descriptor_stages(FusedConfig(block_n=128, num_stages=4), 2) == 4
+
+
 def test_consumers_share_the_sms_only_where_that_saves_a_gemm_wave():
     from iris.ops import default_config
 

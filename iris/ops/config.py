@@ -104,6 +104,17 @@ PRODUCER_CONSUMER_MIN_TILES_PER_SM = 8.0
 #: pushers would add a second wave. At 0.97 tiles per SM (4 x H200, 1024 x 8192 x 8192)
 #: fused_sequential beat cuBLAS plus the all-scatter kernel by 7-9% in two runs.
 SEQUENTIAL_SCATTER_MAX_TILES_PER_SM = 1.0
+#: GEMM + all-scatter with more peers gives its pushers :data:`FEW_PUSHERS` SMs (and the
+#: GEMM 4 pipeline stages) where the pushes take at most this share of the GEMM's time
+#: (:func:`scatter_link_share`): they keep up with fewer SMs, and the others compute. Four
+#: ranks, per-rank K = 8192 (a share of 0.70), M = 8192-32768 on 4 x H200: 3-10% faster than
+#: 24 pushers and 3 stages in every call, as the workgroup-specialised kernel (7.75 tiles per
+#: SM) and as ``producer_consumer`` (from :data:`PRODUCER_CONSUMER_MIN_TILES_PER_SM`); the
+#: workgroup-specialised kernel gained 2.5-9% on 4 x H100 too. At K = 4096 (1.39) it was
+#: 1-6% slower, so there the pushers keep 24 SMs (results/sweeps/fused_ops_h200x4_few_pushers_*.json,
+#: ..._ws_pushers_stages.json; docs/fused.md, rule 8a).
+FEW_PUSHERS_MAX_LINK_SHARE = 1.0
+FEW_PUSHERS = 16
 #: With one peer, ``matmul_all_reduce`` fuses only a deep GEMM (per-rank K at least
 #: :data:`ONE_PEER_REDUCE_MIN_K`, and this many 128 x 128 tiles per SM); otherwise cuBLAS
 #: plus ``ctx.ccl.all_reduce`` won, by 0-9% in the same run (fused won by 11% at K = 4096
@@ -418,6 +429,29 @@ def sharing_saves_a_wave(tiles: int, num_sms: int, comm_sms: int) -> bool:
     return waves <= 2 and waves < -(-tiles // (num_sms - comm_sms))
 
 
+def scatter_link_share(k: int, world_size: int) -> float:
+    """Time a GEMM + all-scatter's pushes take over the GEMM's own, at cuBLAS's rate and the links'.
+
+    Each output element costs ``2 k`` FLOPs and leaves as 2 bytes to each of
+    ``world_size - 1`` peers, so the ratio is ``(world_size - 1) * GEMM_FLOPS_PER_LINK_BYTE / k``
+    whatever the tile: under 1 the pushes fit behind the GEMM.
+
+    Example:
+        >>> round(scatter_link_share(8192, 4), 2)   # K = 8192 on four ranks
+        0.7
+    """
+    return (world_size - 1) * GEMM_FLOPS_PER_LINK_BYTE / k
+
+
+def _few_pushers(op: str | None, k: int, world_size: int) -> bool:
+    # GEMM + all-scatter with several peers whose pushes fit behind the GEMM (FEW_PUSHERS_MAX_LINK_SHARE).
+    return (
+        op == "matmul_all_gather"
+        and world_size - 1 > SEQUENTIAL_SCATTER_MAX_PEERS
+        and scatter_link_share(k, world_size) <= FEW_PUSHERS_MAX_LINK_SHARE
+    )
+
+
 def _one_peer_variant(op: str, elements: int, k: int, tiles_per_sm: float, spans_nodes: bool) -> str | None:
     # choose_variant's rules for two ranks (None: the general rules decide).
     if op in COPY_ENGINE_OPS:
@@ -445,7 +479,9 @@ def default_config(
     program in Python. On GPUs: 128 x 256 x 64 tiles when there are at least two waves
     of them, else 128 x 128 (fewer idle SMs in the last wave). For ``op="matmul_all_gather"``,
     consumers that share the SMs (``consumer_warps=2``, ``comm_rows=16``) where
-    :func:`sharing_saves_a_wave` (measured: 16-row steps slow the other ops' kernels).
+    :func:`sharing_saves_a_wave` (measured: 16-row steps slow the other ops' kernels), and
+    :data:`FEW_PUSHERS` pushers with 4 stages where the pushes fit behind the GEMM
+    (:data:`FEW_PUSHERS_MAX_LINK_SHARE`).
 
     Example:
         >>> default_config(8192, 2048, 8192, 4, 132).block_n
@@ -460,6 +496,8 @@ def default_config(
     if wide_tiles >= 2 * (num_sms - comm_sms):
         if op == "matmul_all_gather" and sharing_saves_a_wave(wide_tiles, num_sms, comm_sms):
             return FusedConfig(block_n=256, num_stages=3, comm_sms=comm_sms, consumer_warps=2, comm_rows=16)
+        if _few_pushers(op, k, world_size):
+            return FusedConfig(block_n=256, num_stages=4, comm_sms=FEW_PUSHERS)
         return FusedConfig(block_n=256, num_stages=3, comm_sms=comm_sms)
     return FusedConfig(block_n=128, num_stages=4, comm_sms=comm_sms)
 
@@ -518,6 +556,33 @@ def gemm_launch_options(config: FusedConfig, k: int | None = None) -> dict:
     return options
 
 
+#: Shared memory one program may use on Hopper (H100, H200): 227 KiB.
+HOPPER_SHARED_BYTES = 232448
+#: Shared memory the tensor-descriptor GEMM takes beyond its stages and output tile
+#: (barriers; 1048 bytes compiled for sm_90 at 128 x 256 x 64), rounded up.
+DESCRIPTOR_GEMM_OVERHEAD_BYTES = 2048
+
+
+def descriptor_stages(
+    config: FusedConfig, element_bytes: int, shared_bytes: int = HOPPER_SHARED_BYTES
+) -> int:
+    """``config.num_stages``, or fewer where the tensor-descriptor GEMM would not fit in shared memory.
+
+    :func:`iris.ops.gemm.matmul_tma_kernel` stores its output tile through shared
+    memory beside its input stages, which the pointer-load kernels do not: at
+    128 x 256 x 64 in bf16 each stage takes 48 KiB and the tile 64 KiB, so 3 stages
+    fit Hopper's 227 KiB and 4 (which :func:`default_config` gives the
+    workgroup-specialised GEMM + all-scatter) do not.
+
+    Example:
+        >>> descriptor_stages(FusedConfig(block_n=256, num_stages=4), 2)
+        3
+    """
+    per_stage = (config.block_m + config.block_n) * config.block_k * element_bytes
+    room = shared_bytes - config.block_m * config.block_n * element_bytes - DESCRIPTOR_GEMM_OVERHEAD_BYTES
+    return max(1, min(config.num_stages, room // per_stage))
+
+
 def flatten_tile_loop(config: FusedConfig) -> bool:
     """Whether :func:`iris.ops.gemm.matmul_kernel` runs with ``FLATTEN`` (one pipelined tile and K loop).
 
@@ -566,7 +631,8 @@ def choose_variant(
     With more peers GEMM + all-scatter runs ``fused_sequential`` in one wave
     (:data:`SEQUENTIAL_SCATTER_MAX_TILES_PER_SM`), ``producer_consumer`` from
     :data:`PRODUCER_CONSUMER_MIN_TILES_PER_SM`, and the workgroup-specialised kernel
-    (``"fused"``) in between.
+    (``"fused"``) in between; where the pushes fit behind the GEMM
+    (:data:`FEW_PUSHERS_MAX_LINK_SHARE`) the last two get fewer pushers from :func:`default_config`.
     ``rows`` and ``cols`` are the per-rank GEMM's output (``op`` names the ``ctx.ops`` method).
     The rules and the measurements behind them: docs/fused.md.
 

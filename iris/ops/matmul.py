@@ -16,7 +16,7 @@ import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..prepared import PreparedLaunch
-from .config import FusedConfig, flatten_tile_loop, gemm_launch_options
+from .config import FusedConfig, descriptor_stages, flatten_tile_loop, gemm_launch_options
 from .gemm import matmul_kernel, matmul_tma_kernel
 
 #: Tensor descriptors address rows of 16-byte multiples from 16-byte aligned bases.
@@ -94,6 +94,7 @@ def matmul_launch(
             TensorDescriptor.from_tensor(B, [config.block_k, config.block_n]),
             TensorDescriptor.from_tensor(C, [config.block_m, config.block_n]),
         )
+        options["num_stages"] = descriptor_stages(config, A.element_size())
         return PreparedLaunch(matmul_tma_kernel, grid, (*descriptors, M, N, K, heap_bases), options)
     args = (A, B, C, M, N, K, *A.stride(), *B.stride(), *C.stride(), heap_bases)
     return PreparedLaunch(matmul_kernel, grid, args, dict(options, EVEN_K=K % config.block_k == 0))

@@ -252,16 +252,18 @@ def _traced_body(rank, world_size):
         events = ctx.tracing.events()
         ctx.tracing.disable()
         gemm_scopes = int((events["event_id"] == 64 + 8).sum())
-        stored = int(events["payload_bytes"][events["event_id"] == 2].sum())
-        return gemm_scopes, stored, ctx.tracing.dropped()
+        stores = events[events["event_id"] == 2]
+        return gemm_scopes, int(stores["payload_bytes"].sum()), len(stores), ctx.tracing.dropped()
 
 
 def test_traced_workgroup_specialized_records_tiles_and_pushes(multi_world):
     tiles = 2 * 2  # 40 x 48 in 32 x 32 tiles
-    for gemm_scopes, stored, dropped in multi_world.run(_traced_body):
+    peers = multi_world.world_size - 1
+    for gemm_scopes, stored, stores, dropped in multi_world.run(_traced_body):
         assert gemm_scopes == tiles and dropped == 0
         # every element of the 40 x 48 bf16 block goes to every peer once
-        assert stored == M * N * 2 * (multi_world.world_size - 1)
+        assert stored == M * N * 2 * peers
+        assert stores == tiles * peers  # a tile's push to a peer is one event, whatever its steps
 
 
 def _errors_body(rank, world_size):

@@ -114,6 +114,23 @@ def translate(
 
 
 @triton.jit
+def path_between(heap_bases, from_rank, to_rank):
+    """How an op from ``from_rank`` reaches ``to_rank``, as trace records name it.
+
+    ``tracing.PATH_CROSS_NODE`` where the op takes the cross-node path, else
+    ``tracing.PATH_MAPPED`` (for :func:`iris.device.tracing.record_block`).
+
+    Example:
+        >>> tracing.record_block(heap_bases, start, tracing.STORE, peer, ptr, nbytes,
+        ...                      path=rma.path_between(heap_bases, rank, peer))
+    """
+    path = tracing.PATH_MAPPED
+    if crossnode.SCALE_OUT and layout.off_node(heap_bases, from_rank, to_rank):
+        path = tracing.PATH_CROSS_NODE
+    return path
+
+
+@triton.jit
 def load(
     pointer,
     to_rank,

@@ -306,6 +306,45 @@ def record(
 
 
 @triton.jit
+def record_block(
+    heap_bases, start, event: tl.constexpr, target_rank, first, nbytes, pid_m=-1, pid_n=-1, path=0
+):
+    """Record one event for a block moved by several untraced ops: from ``start`` (:func:`begin`) to now.
+
+    ``first`` points at the block's first element (its heap offset is recorded) and
+    ``nbytes`` is what moved. Nothing when compiled out or when ``start`` is -1. Each
+    event costs its program a slot claim (an atomic whose reply the program waits for);
+    a loop of many small ops to the same peer (the fused ops push a tile in steps of a
+    few rows) records the whole as one event instead, with :func:`untraced` for the ops.
+
+    Example:
+        >>> start = tracing.begin(heap_bases)
+        >>> for r0 in range(0, BLOCK_M, ROWS):
+        >>>     rma.store(ptrs + r0 * stride, rows, rank, peer, tracing.untraced(heap_bases))
+        >>> tracing.record_block(heap_bases, start, tracing.STORE, peer, ptrs, BLOCK_M * BLOCK_N * 2)
+    """
+    if compiled_in(heap_bases.dtype):
+        if start >= 0:
+            cur_rank = layout.cur_rank(heap_bases)
+            offset = first.to(tl.int64) - layout.heap_base(heap_bases, cur_rank)
+            slots = layout.tracing_slots(heap_bases)
+            stop = hw.timer_ns()
+            _write(
+                slots, start, stop, event, cur_rank, target_rank, offset, nbytes, 0, pid_m, pid_n, path=path
+            )
+
+
+@triton.jit
+def untraced(heap_bases):
+    """``heap_bases`` as the untraced variant takes it: ops given it record nothing (:func:`record_block`).
+
+    Example:
+        >>> rma.store(ptrs, values, rank, peer, tracing.untraced(heap_bases), mask=mask)
+    """
+    return heap_bases.to(tl.pointer_type(tl.uint64), bitcast=True)
+
+
+@triton.jit
 def _region(sm, stop, num_regions):
     # The buffer region of an event that ended at ``stop`` on ``sm`` (module docstring):
     # one 64-bit remainder, as a region per SM took (a mask of a power-of-two count

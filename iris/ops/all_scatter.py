@@ -43,7 +43,7 @@ the host bumps before each call): a rank that runs ahead never overwrites an
 import triton
 import triton.language as tl
 
-from ..device import rma
+from ..device import blocks, rma, tracing
 from .gemm import compute_tile, tile_coords, tile_offsets, traced_tile_gemm
 
 #: Roles of :func:`workgroup_specialized_kernel`.
@@ -97,11 +97,16 @@ def push_tile(
     """Copy tile ``(pid_m, pid_n)`` of the local ``out_block`` to the same place on every peer.
 
     Rows go ``COMM_ROWS`` at a time: one load, then a store per peer, so a whole tile
-    never has to sit in registers.
+    never has to sit in registers. Traced, the tile's push to each peer is one store
+    event (:func:`iris.device.tracing.record_block`), not one per step: each event
+    costs the pushing program a slot claim that waits behind its stores, which with
+    dedicated pushers made a traced call up to 60% slower.
 
     Example:
         >>> push_tile(out_block, pid_m, pid_n, M, N, N, 1, rank, world, heap_bases, 128, 256, 32)
     """
+    start = tracing.begin(heap_bases)
+    plain = tracing.untraced(heap_bases)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     for r0 in range(0, BLOCK_M, COMM_ROWS):
         rm = pid_m * BLOCK_M + r0 + tl.arange(0, COMM_ROWS)
@@ -111,9 +116,16 @@ def push_tile(
         # Start at the next rank so the ranks do not all hit rank 0's links first.
         for i in range(1, world_size):
             peer = (cur_rank + i) % world_size
-            rma.store(
-                out_block + offsets, values, cur_rank, peer, heap_bases, mask=mask, pid_m=pid_m, pid_n=pid_n
-            )
+            rma.store(out_block + offsets, values, cur_rank, peer, plain, mask=mask)
+    if start >= 0:
+        first = out_block + pid_m * BLOCK_M * stride_m + pid_n * BLOCK_N * stride_n
+        tile_rows = tl.minimum(rows - pid_m * BLOCK_M, BLOCK_M)
+        tile_cols = tl.minimum(cols - pid_n * BLOCK_N, BLOCK_N)
+        nbytes = tile_rows.to(tl.int64) * tile_cols * blocks.element_bytes(out_block.type)
+        for i in range(1, world_size):
+            peer = (cur_rank + i) % world_size
+            path = rma.path_between(heap_bases, cur_rank, peer)
+            tracing.record_block(heap_bases, start, tracing.STORE, peer, first, nbytes, pid_m, pid_n, path)
 
 
 @triton.jit

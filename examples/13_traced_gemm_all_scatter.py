@@ -2,7 +2,7 @@
 
 The problem of examples 09 to 12 (C = A x B, B sharded by columns, every rank
 ends with all of C), run by the workgroup-specialised kernel with tracing on:
-every GEMM tile is a compute slice, every push, flag signal and flag wait an
+every GEMM tile is a compute slice, every tile's push to a peer, flag signal and flag wait an
 event, on every SM of every rank. Every rank's events go to output_dir/rank<N>.npz
 (for the iris-trace command line); rank 0 merges them onto one clock and writes a
 Perfetto trace, a Chrome JSON trace, the report (why each rank waited, per-SM

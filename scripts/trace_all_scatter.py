@@ -32,7 +32,7 @@ STORE = 2
 WAIT = 16
 
 
-def summarize(events, rank: int, bin_ns: int) -> str:
+def summarize(events, rank: int, bin_ns: int) -> tuple[str, dict]:
     mine = events[events["cur_rank"] == rank]
     # Times from this rank's first event: ranks start the call microseconds apart.
     origin = int(mine["start_ns"].min())

@@ -52,11 +52,11 @@ def summarize(events, rank: int, bin_ns: int) -> tuple[str, dict]:
     }
     lines = [
         f"rank {rank}: {len(gemm)} gemm tiles end at (us) "
-        + " ".join(f"p{q}={np.percentile(gemm, q) / 1e3:.1f}" for q in (0, 25, 50, 75, 100))
+        + " ".join(f"{q}={us:.1f}" for q, us in numbers["gemm_tiles_end_us"].items())
         + f"; first wait {waits.min() / 1e3:.1f}"
         + f", first push {(pushes['start_ns'].min() - origin) / 1e3:.1f}, "
-        f"last push ends {last / 1e3:.1f}; after the GEMM {late_bytes / 2**20:.1f} MiB in "
-        f"{(last - gemm_done) / 1e3:.1f} us ({late_bytes / max(last - gemm_done, 1):.0f} GB/s)",
+        f"last push ends {last / 1e3:.1f}; after the GEMM {numbers['pushed_after_gemm_mib']:.1f} MiB in "
+        f"{(last - gemm_done) / 1e3:.1f} us ({numbers['after_gemm_gb_per_s']:.0f} GB/s)",
     ]
     bin_ns = max(bin_ns, -(-last // 60))  # at most 60 bins
     bins = np.arange(0, last + bin_ns, bin_ns)

@@ -4,6 +4,10 @@ Kernels:
   put      ring put of a large buffer (grid-stride, 16 KiB per op): communication only
   gemm+as  bf16 GEMM tiles (128x128x64) each stored to every rank (all-scatter), with a
            compute scope around each tile's K loop: compute plus communication
+  ctx.ops  the library's GEMM + all-scatter (``ctx.ops.matmul_all_gather``, the style
+           ``auto`` picks) at each ``--op-shapes`` shape, from 2 ranks: what a user
+           tracing a fused op pays. Its traced variant compiles only while tracing is
+           enabled, so it has no disabled mode.
 
 Modes, in one run with the same fixed iteration count on every rank (max over ranks):
   untraced   plain heap_bases (tracing compiled out; the code tracing never touched)
@@ -33,7 +37,7 @@ import torch
 import torch.distributed as dist
 import triton
 import triton.language as tl
-from common import all_ranks_agree, require_own_gpu, time_loop, write_report
+from common import all_ranks_agree, parse_shapes, require_own_gpu, time_loop, write_report
 
 import iris
 
@@ -97,6 +101,7 @@ MAX_EVENTS = 1 << 22
 
 
 MODES = ("untraced", "disabled", "enabled", "untraced_again")
+OP_MODES = ("untraced", "enabled", "untraced_again")
 
 
 def measure(ctx, launch, iters, trials):
@@ -136,6 +141,66 @@ def measure(ctx, launch, iters, trials):
     return medians, resources, events_per_call, all_ranks_agree(recorded_ok)
 
 
+def measure_op(ctx, call, iters, trials):
+    """:func:`measure` for a library call: untraced, enabled and untraced again.
+
+    The call's registers are not reported (None): it may launch several kernels.
+    """
+    ctx.tracing.enable(max_events=MAX_EVENTS)
+    for _ in range(2):  # compile the traced variant, then count one call's events
+        ctx.tracing.reset()
+        call()
+    events_per_call = len(ctx.tracing.events()) + ctx.tracing.dropped()
+    ctx.tracing.disable()
+    call()  # and the untraced one
+    times = {mode: [] for mode in OP_MODES}
+    recorded_ok = True
+    for _ in range(trials):
+        times["untraced"].append(time_loop(ctx, call, iters))
+        ctx.tracing.enable(max_events=MAX_EVENTS)
+        ctx.tracing.reset()
+        times["enabled"].append(time_loop(ctx, call, iters))
+        recorded_ok = recorded_ok and ctx.tracing.dropped() == 0
+        ctx.tracing.disable()
+        times["untraced_again"].append(time_loop(ctx, call, iters))
+    ctx.tracing.reset()
+    medians = {mode: statistics.median(samples) for mode, samples in times.items()}
+    return medians, dict.fromkeys(OP_MODES, (None, None)), events_per_call, all_ranks_agree(recorded_ok)
+
+
+def op_rows(ctx, shapes, iters, trials):
+    """{row name: measured} for the library's GEMM + all-scatter at each global (M, N, K), and
+    whether every output element matched torch on every rank."""
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    measured, correct = {}, True
+    for M, N, K in shapes:
+        n = N // world
+        a = ctx.randn(M, K, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0))
+        b = ctx.randn(K, n, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(1 + rank))
+        out = ctx.full((M, world * n), float("nan"), dtype=torch.bfloat16)
+        variant = ctx.ops.choose_variant(
+            ctx.ops.default_config(M, n, K, "matmul_all_gather"), M, n, K, "matmul_all_gather"
+        )
+
+        def call(a=a, b=b, out=out):
+            ctx.ops.matmul_all_gather(out, a, b, dim=1)
+
+        measured[f"ctx.ops {M}x{N}x{K} ({variant})"] = measure_op(ctx, call, iters, trials)
+        out.fill_(float("nan"))  # poisoned on every rank before any peer stores into it
+        ctx.barrier()
+        call()
+        ctx.barrier()
+        for owner in range(world):
+            b_owner = torch.randn(
+                K, n, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(1 + owner)
+            )
+            ref = a.float() @ b_owner.to(a.device).float()
+            got = out[:, owner * n : (owner + 1) * n].float()
+            correct &= bool(torch.isfinite(got).all()) and ((got - ref).norm() / ref.norm()).item() < 1e-2
+        del a, b, out
+    return measured, all_ranks_agree(correct)
+
+
 def row(name, measured):
     results, resources, events_per_call, _ = measured
     base = results["untraced"]
@@ -164,6 +229,12 @@ def main():
         "--breakdown",
         action="store_true",
         help="also time the GEMM with only its scope or only its stores traced",
+    )
+    parser.add_argument(
+        "--op-shapes",
+        type=lambda text: parse_shapes(text) if text else [],
+        default="4096,8192,8192;16384,8192,8192",
+        help='global M,N,K of the library GEMM + all-scatter rows, ";"-separated ("" for none)',
     )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -210,6 +281,10 @@ def main():
         measured["gemm: stores only, an empty scope after the K loop"] = measure(
             ctx, lambda hb: gemm(plain, hb, mark=True), args.iters, args.trials
         )
+    op_correct = True
+    if world > 1 and args.op_shapes:
+        op_measured, op_correct = op_rows(ctx, args.op_shapes, args.iters, args.trials)
+        measured.update(op_measured)
     ctx.barrier()  # every rank's last all-scatter has landed
     errors = []
     for owner in range(world):
@@ -229,6 +304,7 @@ def main():
         "results": [row(name, m) for name, m in measured.items()],
         "gemm_result_correct": correct,
         "gemm_max_relative_error": max(errors),
+        "op_results_correct": op_correct,
         "no_events_dropped": all(m[3] for m in measured.values()),
         "seconds": round(time.time() - started, 1),
     }
@@ -237,18 +313,24 @@ def main():
             f"{'kernel':18} {'untraced':>10} {'disabled':>10} {'enabled':>10} {'again':>10}  events/call  Mevents/s"
         )
         for r in report["results"]:
-            cells = " ".join(f"{r[m]['us']:8.1f}us" for m in MODES)
+            cells = " ".join(f"{r[m]['us']:8.1f}us" if m in r else f"{'-':>10}" for m in MODES)
             print(
                 f"{r['kernel']:18} {cells}  {r['events_per_call_rank0']:11d}  {r['events_per_second'] / 1e6:9.1f}"
             )
-            print(
-                f"{'':18} overhead: disabled {r['disabled']['overhead_pct']:+.1f}%  enabled "
-                f"{r['enabled']['overhead_pct']:+.1f}%  untraced again {r['untraced_again']['overhead_pct']:+.1f}%  "
-                f"registers {r['untraced']['registers']} -> {r['disabled']['registers']}, "
+            disabled = f"disabled {r['disabled']['overhead_pct']:+.1f}%  " if "disabled" in r else ""
+            registers = (
+                f"  registers {r['untraced']['registers']} -> {r['disabled']['registers']}, "
                 f"spills {r['untraced']['spills']} -> {r['disabled']['spills']}"
+                if "disabled" in r
+                else ""
+            )
+            print(
+                f"{'':18} overhead: {disabled}enabled {r['enabled']['overhead_pct']:+.1f}%  "
+                f"untraced again {r['untraced_again']['overhead_pct']:+.1f}%{registers}"
             )
         print(
             f"gemm result correct: {correct} (max relative error {max(errors):.2e}); "
+            f"library op results correct: {op_correct}; "
             f"no events dropped: {report['no_events_dropped']}"
         )
     write_report(report, args.out, world)

@@ -15,7 +15,9 @@ import iris
 from iris.ops import FusedConfig, choose_variant
 from iris.ops.config import gather_share, last_wave_split, registers_beside, split_sm_registers
 from iris.ops.copy_plans import chunk_bounds
+from iris.ops.gemm import SCOPE_GEMM
 from iris.ops.matmul import matmul_launch, tma_compatible
+from iris_trace import schema
 from iris_trace.events import DMA_PUT
 
 M, N, K = 40, 48, 40
@@ -249,21 +251,35 @@ def _traced_body(rank, world_size):
         ctx.tracing.enable(max_events=1 << 14)
         ctx.ops.matmul_all_gather(out, a, b, dim=1, config=_config("workgroup_specialized"))
         ctx.barrier()
-        events = ctx.tracing.events()
+        events, dropped = ctx.tracing.events(), ctx.tracing.dropped()
         ctx.tracing.disable()
-        gemm_scopes = int((events["event_id"] == 64 + 8).sum())
-        stores = events[events["event_id"] == 2]
-        return gemm_scopes, int(stores["payload_bytes"].sum()), len(stores), ctx.tracing.dropped()
+        return events, dropped
 
 
 def test_traced_workgroup_specialized_records_tiles_and_pushes(multi_world):
     tiles = 2 * 2  # 40 x 48 in 32 x 32 tiles
     peers = multi_world.world_size - 1
-    for gemm_scopes, stored, stores, dropped in multi_world.run(_traced_body):
-        assert gemm_scopes == tiles and dropped == 0
+    for events, dropped in multi_world.run(_traced_body):
+        stores = events[events["event_id"] == schema.STORE]
+        assert (events["event_id"] == schema.SCOPE_BASE + SCOPE_GEMM).sum() == tiles and dropped == 0
         # every element of the 40 x 48 bf16 block goes to every peer once
-        assert stored == M * N * 2 * peers
-        assert stores == tiles * peers  # a tile's push to a peer is one event, whatever its steps
+        assert stores["payload_bytes"].sum() == M * N * 2 * peers
+        assert len(stores) == tiles * peers  # a tile's push to a peer is one event, whatever its steps
+
+
+def test_traced_tile_waits_end_before_the_push_they_let_through(multi_world):
+    # A pusher records its wait for a tile after pushing it (iris.ops.all_scatter.wait_for_unit),
+    # with the times the wait had: it ends before the push's store events begin.
+    for events, _ in multi_world.run(_traced_body):
+        waits = events[(events["event_id"] == schema.WAIT_UNTIL) & (events["pid_m"] >= 0)]
+        stores = events[events["event_id"] == schema.STORE]
+        pairs = 0
+        for wait in waits:
+            same = stores[(stores["pid"] == wait["pid"]) & (stores["pid_m"] == wait["pid_m"])]
+            same = same[same["pid_n"] == wait["pid_n"]]
+            assert wait["start_ns"] <= wait["end_ns"] <= same["start_ns"].min(initial=wait["end_ns"])
+            pairs += len(same) > 0
+        assert pairs > 0
 
 
 def _errors_body(rank, world_size):

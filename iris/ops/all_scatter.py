@@ -43,7 +43,7 @@ the host bumps before each call): a rank that runs ahead never overwrites an
 import triton
 import triton.language as tl
 
-from ..device import blocks, rma, tracing
+from ..device import blocks, layout, rma, tracing
 from .gemm import compute_tile, tile_coords, tile_offsets, traced_tile_gemm
 
 #: Roles of :func:`workgroup_specialized_kernel`.
@@ -321,6 +321,50 @@ def claim_tile(flags, tile_id, computed):
 
 
 @triton.jit
+def wait_for_unit(flags, unit, computed, heap_bases, pid_m, pid_n, BACKOFF_NS: tl.constexpr = 0):
+    """Wait until unit ``unit`` is computed; returns ``(began, ended, seen)`` for :func:`record_unit_wait`.
+
+    ``began`` and ``ended`` are the wait's times (-1 when nothing is recorded) and
+    ``seen`` the flag it saw. The wait is recorded after the push it lets through, not
+    here: a record claims its trace slot with an atomic whose reply the program waits
+    for, and claimed here it would hold back every push behind a wait (traced
+    ``producer_consumer`` calls at 16384 x 8192 x 8192 were 2-4% slower; docs/tracing.md, "Cost").
+
+    Example:
+        >>> began, ended, seen = wait_for_unit(flags, unit, 2 * epoch - 1, heap_bases, pid_m, pid_n)
+        >>> push_unit(block, pid_m, pid_n, half, ...)
+        >>> record_unit_wait(heap_bases, began, ended, seen, flags, unit, pid_m, pid_n)
+    """
+    began = tracing.begin(heap_bases)
+    seen = rma.wait_until(
+        flags + unit, "ge", computed, scope="gpu", heap_bases=tracing.untraced(heap_bases),
+        pid_m=pid_m, pid_n=pid_n, backoff_ns=BACKOFF_NS,
+    )  # fmt: skip
+    return began, tracing.begin(heap_bases), seen
+
+
+@triton.jit
+def _no_wait(computed):
+    # What wait_for_unit returns for a unit that was not waited for: nothing to record.
+    return tl.full([], -1, tl.int64), tl.full([], -1, tl.int64), computed
+
+
+@triton.jit
+def record_unit_wait(heap_bases, began, ended, seen, flags, unit, pid_m=-1, pid_n=-1):
+    """Record the wait that :func:`wait_for_unit` timed (nothing when ``began`` is -1).
+
+    Example:
+        >>> record_unit_wait(heap_bases, began, ended, seen, flags, unit, pid_m, pid_n)
+    """
+    if tracing.compiled_in(heap_bases.dtype):
+        if began >= 0:
+            tracing.record(
+                heap_bases, began, tracing.WAIT_UNTIL, layout.cur_rank(heap_bases), flags + unit, None, seen,
+                pid_m, pid_n, stop=ended,
+            )  # fmt: skip
+
+
+@triton.jit
 def push_claimed_tiles(
     out_block,
     flags,
@@ -360,22 +404,17 @@ def push_claimed_tiles(
     unit = tl.atomic_add(tickets, 1, sem="relaxed", scope="gpu")
     while unit < units:
         pid_m, pid_n, half = unit_coords(unit, split_from, num_pid_m, num_pid_n, GROUP_M)
+        began, ended, observed = _no_wait(computed)
         if (pid >= gemm_programs) | (unit % tl.maximum(gemm_programs, 1) < pid):
-            rma.wait_until(
-                flags + unit,
-                "ge",
-                computed,
-                scope="gpu",
-                heap_bases=heap_bases,
-                pid_m=pid_m,
-                pid_n=pid_n,
-                backoff_ns=BACKOFF_NS,
+            began, ended, observed = wait_for_unit(
+                flags, unit, computed, heap_bases, pid_m, pid_n, BACKOFF_NS
             )
         if claim_tile(flags, unit, computed):
             push_unit(
                 out_block, pid_m, pid_n, half, M, N, stride_cm, stride_cn, cur_rank, world_size, heap_bases,
                 BLOCK_M, BLOCK_N, COMM_ROWS,
             )  # fmt: skip
+        record_unit_wait(heap_bases, began, ended, observed, flags, unit, pid_m, pid_n)
         unit = tl.atomic_add(tickets, 1, sem="relaxed", scope="gpu")
 
 
@@ -416,12 +455,13 @@ def sweep_passed_tiles(
         if tl.min(seen, axis=0) <= computed:
             for unit in range(chunk, tl.minimum(chunk + step * SWEEP, units), step):
                 pid_m, pid_n, half = unit_coords(unit, split_from, num_pid_m, num_pid_n, GROUP_M)
-                rma.wait_until(flags + unit, "ge", computed, "gpu", heap_bases, pid_m=pid_m, pid_n=pid_n)
+                began, ended, observed = wait_for_unit(flags, unit, computed, heap_bases, pid_m, pid_n)
                 if claim_tile(flags, unit, computed):
                     push_unit(
                         out_block, pid_m, pid_n, half, M, N, stride_cm, stride_cn, cur_rank, world_size,
                         heap_bases, BLOCK_M, BLOCK_N, COMM_ROWS,
                     )  # fmt: skip
+                record_unit_wait(heap_bases, began, ended, observed, flags, unit, pid_m, pid_n)
 
 
 @triton.jit

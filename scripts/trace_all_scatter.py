@@ -4,9 +4,10 @@ Runs ``ctx.ops.matmul_all_gather(out, A, B, dim=1)`` at a global shape with a
 config (the defaults, changed by ``--config``), traced, and prints per rank: when
 the GEMM tiles end (quartiles), from the rank's first event, when the last push ends, how many bytes each rank
 still had to push once its GEMM was done and at what rate they went, and the
-outgoing bytes per time bin, and what tracing costs the call (a loop of calls
-untraced and traced). The traced times are for comparing configs, not for the record
-(benchmarks/fused_ops.py times untraced).
+outgoing bytes per time bin, and roughly what tracing costs the call (one loop of calls
+untraced and one traced: a few percent of noise; ``benchmarks/tracing_overhead.py``
+times it in trials, for the record). The traced times are for comparing configs, not
+for the record (benchmarks/fused_ops.py times untraced).
 
     python -m iris.run -n 4 scripts/trace_all_scatter.py --shape 4096,8192,8192 --out trace.json
     ... --config "block_n=128,num_warps=4,num_stages=4"  --bin-us 10

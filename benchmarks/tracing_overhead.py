@@ -125,20 +125,32 @@ def measure(ctx, launch, iters, trials):
     launch(ctx.get_heap_bases())
     events_per_call = len(ctx.tracing.events()) + ctx.tracing.dropped()
     ctx.tracing.disable()
-    times = {mode: [] for mode in MODES}
+    medians, recorded_ok = _trials(
+        ctx, lambda: launch(plain), lambda: launch(traced), iters, trials, lambda: launch(traced)
+    )
+    return medians, resources, events_per_call, recorded_ok
+
+
+def _trials(ctx, untraced, traced, iters, trials, disabled=None):
+    """Median seconds per call of each mode over ``trials`` rounds, and whether no rank dropped
+    an event: ``untraced``, ``disabled`` (if given: the traced variant with tracing off),
+    ``traced`` with tracing enabled, ``untraced`` again."""
+    modes = MODES if disabled is not None else OP_MODES
+    times = {mode: [] for mode in modes}
     recorded_ok = True
     for _ in range(trials):
-        times["untraced"].append(time_loop(ctx, lambda: launch(plain), iters))
-        times["disabled"].append(time_loop(ctx, lambda: launch(traced), iters))
+        times["untraced"].append(time_loop(ctx, untraced, iters))
+        if disabled is not None:
+            times["disabled"].append(time_loop(ctx, disabled, iters))
         ctx.tracing.enable(max_events=MAX_EVENTS)
         ctx.tracing.reset()
-        times["enabled"].append(time_loop(ctx, lambda: launch(traced), iters))
+        times["enabled"].append(time_loop(ctx, traced, iters))
         recorded_ok = recorded_ok and ctx.tracing.dropped() == 0
         ctx.tracing.disable()
-        times["untraced_again"].append(time_loop(ctx, lambda: launch(plain), iters))
+        times["untraced_again"].append(time_loop(ctx, untraced, iters))
     ctx.tracing.reset()
     medians = {mode: statistics.median(samples) for mode, samples in times.items()}
-    return medians, resources, events_per_call, all_ranks_agree(recorded_ok)
+    return medians, all_ranks_agree(recorded_ok)
 
 
 def measure_op(ctx, call, iters, trials):
@@ -153,19 +165,8 @@ def measure_op(ctx, call, iters, trials):
     events_per_call = len(ctx.tracing.events()) + ctx.tracing.dropped()
     ctx.tracing.disable()
     call()  # and the untraced one
-    times = {mode: [] for mode in OP_MODES}
-    recorded_ok = True
-    for _ in range(trials):
-        times["untraced"].append(time_loop(ctx, call, iters))
-        ctx.tracing.enable(max_events=MAX_EVENTS)
-        ctx.tracing.reset()
-        times["enabled"].append(time_loop(ctx, call, iters))
-        recorded_ok = recorded_ok and ctx.tracing.dropped() == 0
-        ctx.tracing.disable()
-        times["untraced_again"].append(time_loop(ctx, call, iters))
-    ctx.tracing.reset()
-    medians = {mode: statistics.median(samples) for mode, samples in times.items()}
-    return medians, dict.fromkeys(OP_MODES, (None, None)), events_per_call, all_ranks_agree(recorded_ok)
+    medians, recorded_ok = _trials(ctx, call, call, iters, trials)
+    return medians, dict.fromkeys(OP_MODES, (None, None)), events_per_call, recorded_ok
 
 
 def op_rows(ctx, shapes, iters, trials):

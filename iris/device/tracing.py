@@ -252,12 +252,23 @@ def enabled(heap_bases):
 
 @triton.jit
 def end(
-    heap_bases, start, event: tl.constexpr, target_rank, ptr, mask=None, value=0, pid_m=-1, pid_n=-1, path=0
+    heap_bases,
+    start,
+    event: tl.constexpr,
+    target_rank,
+    ptr,
+    mask=None,
+    value=0,
+    pid_m=-1,
+    pid_n=-1,
+    path=0,
+    stop=None,
 ):
     """Record one event that began at ``start`` from :func:`begin` (nothing when compiled out,
     when ``start`` is -1 because tracing was disabled, or when ``mask`` leaves no lane of
     a block op active). ``path`` says how the op reached its target (``PATH_MAPPED`` or
-    ``PATH_CROSS_NODE``).
+    ``PATH_CROSS_NODE``); the event ends at ``stop`` (default: now), for an event
+    recorded after it ended.
 
     Example:
         >>> start = tracing.begin(heap_bases)
@@ -266,7 +277,7 @@ def end(
     """
     if compiled_in(heap_bases.dtype):
         if start >= 0:
-            record(heap_bases, start, event, target_rank, ptr, mask, value, pid_m, pid_n, path=path)
+            record(heap_bases, start, event, target_rank, ptr, mask, value, pid_m, pid_n, stop, path)
 
 
 @triton.jit

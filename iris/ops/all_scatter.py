@@ -43,7 +43,7 @@ the host bumps before each call): a rank that runs ahead never overwrites an
 import triton
 import triton.language as tl
 
-from ..device import blocks, layout, rma, tracing
+from ..device import blocks, rma, tracing
 from .gemm import compute_tile, tile_coords, tile_offsets, traced_tile_gemm
 
 #: Roles of :func:`workgroup_specialized_kernel`.
@@ -333,7 +333,7 @@ def wait_for_unit(flags, unit, computed, heap_bases, pid_m, pid_n, BACKOFF_NS: t
     Example:
         >>> began, ended, seen = wait_for_unit(flags, unit, 2 * epoch - 1, heap_bases, pid_m, pid_n)
         >>> push_unit(block, pid_m, pid_n, half, ...)
-        >>> record_unit_wait(heap_bases, began, ended, seen, flags, unit, pid_m, pid_n)
+        >>> record_unit_wait(heap_bases, began, ended, seen, flags, unit, rank, pid_m, pid_n)
     """
     began = tracing.begin(heap_bases)
     seen = rma.wait_until(
@@ -350,18 +350,15 @@ def _no_wait(computed):
 
 
 @triton.jit
-def record_unit_wait(heap_bases, began, ended, seen, flags, unit, pid_m=-1, pid_n=-1):
-    """Record the wait that :func:`wait_for_unit` timed (nothing when ``began`` is -1).
+def record_unit_wait(heap_bases, began, ended, seen, flags, unit, cur_rank, pid_m=-1, pid_n=-1):
+    """Record the wait on this rank's flag that :func:`wait_for_unit` timed (nothing when ``began`` is -1).
 
     Example:
-        >>> record_unit_wait(heap_bases, began, ended, seen, flags, unit, pid_m, pid_n)
+        >>> record_unit_wait(heap_bases, began, ended, seen, flags, unit, rank, pid_m, pid_n)
     """
-    if tracing.compiled_in(heap_bases.dtype):
-        if began >= 0:
-            tracing.record(
-                heap_bases, began, tracing.WAIT_UNTIL, layout.cur_rank(heap_bases), flags + unit, None, seen,
-                pid_m, pid_n, stop=ended,
-            )  # fmt: skip
+    tracing.end(
+        heap_bases, began, tracing.WAIT_UNTIL, cur_rank, flags + unit, None, seen, pid_m, pid_n, stop=ended
+    )
 
 
 @triton.jit
@@ -414,7 +411,7 @@ def push_claimed_tiles(
                 out_block, pid_m, pid_n, half, M, N, stride_cm, stride_cn, cur_rank, world_size, heap_bases,
                 BLOCK_M, BLOCK_N, COMM_ROWS,
             )  # fmt: skip
-        record_unit_wait(heap_bases, began, ended, observed, flags, unit, pid_m, pid_n)
+        record_unit_wait(heap_bases, began, ended, observed, flags, unit, cur_rank, pid_m, pid_n)
         unit = tl.atomic_add(tickets, 1, sem="relaxed", scope="gpu")
 
 
@@ -461,7 +458,7 @@ def sweep_passed_tiles(
                         out_block, pid_m, pid_n, half, M, N, stride_cm, stride_cn, cur_rank, world_size,
                         heap_bases, BLOCK_M, BLOCK_N, COMM_ROWS,
                     )  # fmt: skip
-                record_unit_wait(heap_bases, began, ended, observed, flags, unit, pid_m, pid_n)
+                record_unit_wait(heap_bases, began, ended, observed, flags, unit, cur_rank, pid_m, pid_n)
 
 
 @triton.jit

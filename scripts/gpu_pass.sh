@@ -56,7 +56,7 @@ if [[ " $parts " == *" tracing "* ]]; then
   for tree in ${BEFORE:+"$BEFORE"} .; do
     name=$([ "$tree" = . ] && echo after || echo before)
     (cd "$tree" && PYTHONPATH=$PWD:${site#*:} timeout 150 python -m iris.run -n "$ranks" benchmarks/tracing_overhead.py \
-      --breakdown --iters 100 --trials 9 --out "$out/tracing_overhead_${rtag}_$name.json" 2>&1 | grep -v Warning | tail -8)
+      --breakdown --iters 100 --trials 12 --out "$out/tracing_overhead_${rtag}_$name.json" 2>&1 | grep -v Warning | tail -20)
   done
 fi
 if [[ " $parts " == *" fused "* ]]; then

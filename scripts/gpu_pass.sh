@@ -6,6 +6,9 @@
 #   putget     put/get bandwidth before and after a change, twice each, alternating: BEFORE names a
 #              copy of the previous tree (iris/, iris_trace/, benchmarks/), carried;
 #   tracing    benchmarks/tracing_overhead.py --breakdown at NRANKS, before (if BEFORE) and after;
+#              BUILDS (copies of the tree like BEFORE, e.g. ".var/base .var/idea", carried) times each
+#              of them instead, into tracing_overhead_<ranks>_<folder>.json; TRACING_ARGS replaces
+#              "--breakdown --iters 100 --trials 12" (e.g. "--iters 50 --trials 6 --op-shapes 4096,8192,8192");
 #   fused      benchmarks/fused_ops.py at NRANKS, every op, or FUSED_ARGS
 #              (e.g. --ops and --sweep) into fused_ops_${tag}${FUSED_NAME};
 #   profile    scripts/profile_op.py PROFILE_ARGS at NRANKS: each call's kernels and copies per stream;
@@ -53,10 +56,14 @@ if [[ " $parts " == *" putget "* ]]; then
   done
 fi
 if [[ " $parts " == *" tracing "* ]]; then
-  for tree in ${BEFORE:+"$BEFORE"} .; do
-    name=$([ "$tree" = . ] && echo after || echo before)
+  # shellcheck disable=SC2086 - BUILDS and TRACING_ARGS are lists
+  for tree in ${BUILDS:-${BEFORE:+"$BEFORE"} .}; do
+    name=after
+    [ "$tree" = "${BEFORE:-}" ] && name=before
+    [ -n "${BUILDS:-}" ] && name=$(basename "$tree")
     (cd "$tree" && PYTHONPATH=$PWD:${site#*:} timeout 150 python -m iris.run -n "$ranks" benchmarks/tracing_overhead.py \
-      --breakdown --iters 100 --trials 12 --out "$out/tracing_overhead_${rtag}_$name.json" 2>&1 | grep -v Warning | tail -20)
+      ${TRACING_ARGS:---breakdown --iters 100 --trials 12} --out "$out/tracing_overhead_${rtag}_$name.json" 2>&1 \
+      | grep -v Warning | tail -20)
   done
 fi
 if [[ " $parts " == *" fused "* ]]; then

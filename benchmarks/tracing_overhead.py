@@ -5,8 +5,8 @@ Kernels:
   gemm+as  bf16 GEMM tiles (128x128x64) each stored to every rank (all-scatter), with a
            compute scope around each tile's K loop: compute plus communication
   ctx.ops  the library's GEMM + all-scatter (``ctx.ops.matmul_all_gather``, the style
-           ``auto`` picks) at each ``--op-shapes`` shape, from 2 ranks: what a user
-           tracing a fused op pays. Its traced variant compiles only while tracing is
+           ``auto`` picks, or ``--op-variant``) at each ``--op-shapes`` shape, from 2
+           ranks: what a user tracing a fused op pays. Its traced variant compiles only while tracing is
            enabled, so it has no disabled mode.
 
 Modes, in one run with the same fixed iteration count on every rank (max over ranks):
@@ -41,6 +41,7 @@ import triton.language as tl
 from common import all_ranks_agree, parse_shapes, require_own_gpu, time_loop, write_report
 
 import iris
+from iris.ops.config import VARIANTS
 
 
 @triton.jit
@@ -179,9 +180,10 @@ def measure_op(ctx, call, iters, trials):
     return medians, dict.fromkeys(OP_MODES, (None, None)), events_per_call, recorded_ok
 
 
-def op_rows(ctx, shapes, iters, trials):
-    """{row name: measured} for the library's GEMM + all-scatter at each global (M, N, K), and
-    whether every output element matched torch on every rank."""
+def op_rows(ctx, shapes, variant, iters, trials):
+    """{row name: measured} for the library's GEMM + all-scatter at each global (M, N, K) in
+    style ``variant`` ("auto": the one it picks there), and whether every output element
+    matched torch on every rank."""
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     measured, correct = {}, True
     for M, N, K in shapes:
@@ -189,14 +191,13 @@ def op_rows(ctx, shapes, iters, trials):
         a = ctx.randn(M, K, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0))
         b = ctx.randn(K, n, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(1 + rank))
         out = ctx.full((M, world * n), float("nan"), dtype=torch.bfloat16)
-        variant = ctx.ops.choose_variant(
-            ctx.ops.default_config(M, n, K, "matmul_all_gather"), M, n, K, "matmul_all_gather"
-        )
+        config = ctx.ops.default_config(M, n, K, "matmul_all_gather").replace(variant=variant)
+        runs_as = ctx.ops.choose_variant(config, M, n, K, "matmul_all_gather")
 
-        def call(a=a, b=b, out=out):
-            ctx.ops.matmul_all_gather(out, a, b, dim=1)
+        def call(a=a, b=b, out=out, config=config):
+            ctx.ops.matmul_all_gather(out, a, b, config=config, dim=1)
 
-        measured[f"ctx.ops {M}x{N}x{K} ({variant})"] = measure_op(ctx, call, iters, trials)
+        measured[f"ctx.ops {M}x{N}x{K} ({runs_as})"] = measure_op(ctx, call, iters, trials)
         out.fill_(float("nan"))  # poisoned on every rank before any peer stores into it
         ctx.barrier()
         call()
@@ -250,6 +251,12 @@ def main():
         default="4096,8192,8192;16384,8192,8192",
         help='global M,N,K of the library GEMM + all-scatter rows, ";"-separated ("" for none)',
     )
+    parser.add_argument(
+        "--op-variant",
+        default="auto",
+        choices=VARIANTS,
+        help="the style of the library rows (default: the one auto picks at each shape)",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if iris.BACKEND != "cuda":
@@ -297,7 +304,7 @@ def main():
         )
     op_correct = True
     if world > 1 and args.op_shapes:
-        op_measured, op_correct = op_rows(ctx, args.op_shapes, args.iters, args.trials)
+        op_measured, op_correct = op_rows(ctx, args.op_shapes, args.op_variant, args.iters, args.trials)
         measured.update(op_measured)
     ctx.barrier()  # every rank's last all-scatter has landed
     errors = []
@@ -318,6 +325,7 @@ def main():
         "results": [row(name, m) for name, m in measured.items()],
         "gemm_result_correct": correct,
         "gemm_max_relative_error": max(errors),
+        "op_variant": args.op_variant,
         "op_results_correct": op_correct,
         "no_events_dropped": all(m[3] for m in measured.values()),
         "seconds": round(time.time() - started, 1),

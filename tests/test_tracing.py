@@ -258,6 +258,43 @@ def test_full_buffers_count_dropped_events(multi_world):
 
 
 @triton.jit
+def stashed_scopes(buf, n, heap_bases, CAPACITY: tl.constexpr):
+    # n scopes kept in a stash of CAPACITY records, written when full and at the end.
+    held, count = iris.device.tracing.stash_new(heap_bases, CAPACITY)
+    for i in range(n):
+        held, count = iris.device.tracing.stash_room(heap_bases, held, count, 1)
+        start = iris.device.tracing.begin(heap_bases)
+        held, count = iris.device.tracing.stash(
+            heap_bases, held, count, start, iris.device.tracing.SCOPE_BASE + 3, -1, buf + i, 4, i, i, 7
+        )
+    iris.device.tracing.stash_write(heap_bases, held, count)
+
+
+def _stash_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        buf = ctx.zeros(8, dtype=torch.int32)
+        ctx.tracing.enable(max_events=1 << 12)
+        stashed_scopes[(1,)](buf, 5, ctx.get_heap_bases(), CAPACITY=2)
+        ev = np.sort(ctx.tracing.events(), order="start_ns")
+        assert ctx.tracing.dropped() == 0 and len(ev) == 5
+        # the record its kind, place, size, value and tile, as an op's own record would be
+        assert (ev["event_id"] == schema.SCOPE_BASE + 3).all()
+        assert ev["address"].tolist() == [ctx.heap.offset_of(buf) + 4 * i for i in range(5)]
+        assert ev["payload_bytes"].tolist() == [4] * 5 and ev["pid_m"].tolist() == list(range(5))
+        assert (ev["pid_n"] == 7).all() and (ev["end_ns"] >= ev["start_ns"]).all()
+        ctx.tracing.enable(max_events=1)  # a slot or two in all: the rest of the batch is dropped
+        stashed_scopes[(1,)](buf, 5, ctx.get_heap_bases(), CAPACITY=8)
+        recorded, dropped = len(ctx.tracing.events()), ctx.tracing.dropped()
+        assert recorded + dropped == 5 and recorded >= 1, (recorded, dropped)
+        ctx.tracing.disable()
+        stashed_scopes[(1,)](buf, 5, ctx.get_heap_bases(), CAPACITY=2)  # untraced: nothing kept
+
+
+def test_stashed_events_are_written_in_batches():
+    get_pool(1).run(_stash_body)
+
+
+@triton.jit
 def region_of(out, sms, stops, num_regions, BLOCK: tl.constexpr):
     offsets = tl.arange(0, BLOCK)
     tl.store(out + offsets, _region(tl.load(sms + offsets), tl.load(stops + offsets), num_regions))

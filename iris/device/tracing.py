@@ -22,6 +22,14 @@ serialisation on one counter), and over time every SM passes through every regio
 a few SMs that record many events (one-program kernels: signals, copy-engine puts) fill
 the whole buffer rather than their own share of it.
 
+**Batched records.** A program that records between units of work on its critical
+path (a fused op's GEMM programs, between tiles) can keep records in a register stash
+instead (:func:`stash_new`, :func:`stash`, :func:`stash_room`) and write them with one
+slot claim and one coalesced store when the stash fills and when it ends
+(:func:`stash_write`). A stash costs registers for as long as it is held, and its
+records reach the buffer only when written: a program that never ends leaves its last
+ones unwritten.
+
 The record layout and every event id are in ``iris_trace.schema``, the one place
 the device recorder and every reader take them from.
 """
@@ -390,13 +398,7 @@ def _write(
     counters = tl.load(slots + SLOT_COUNTERS).to(tl.pointer_type(tl.int32))
     dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))
     records = tl.load(slots + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
-    ident = (
-        event
-        | (cur_rank.to(tl.int64) << _CUR_RANK_SHIFT)
-        | ((tl.cast(target_rank, tl.int64) & 0xFFFF) << _TARGET_SHIFT)
-        | ((sm.to(tl.int64) & 0xFFFF) << _CU_SHIFT)
-        | (tl.cast(path, tl.int64) << _PATH_SHIFT)
-    )
+    ident = _ident(event, cur_rank, target_rank, sm, path)
     where = _linear_pid().to(tl.int64) & 0xFFFFFFFF  # the slot's index is or'd in when claimed
     tile = (tl.cast(pid_m, tl.int64) & 0xFFFFFFFF) | (tl.cast(pid_n, tl.int64) << 32)
     tl.static_assert(
@@ -412,6 +414,141 @@ def _write(
         _W_WHERE, _OP_INDEX_SHIFT,
     )  # fmt: skip
     return tl.where(slot >= 0, region.to(tl.int64) * capacity + slot, -1)
+
+
+@triton.jit
+def stash_new(heap_bases, CAPACITY: tl.constexpr):
+    """An empty stash for :func:`stash`: room for ``CAPACITY`` records in registers, and a count.
+
+    A program that records inside a loop on its critical path (a fused op's GEMM
+    programs and pushers) keeps its records here and writes them with one slot claim
+    when the stash is full and at its end (:func:`stash_write`), instead of claiming a
+    slot and writing 64 bytes from thread 0 at every event while the next tile or push
+    waits. Untraced, both are dead scalars.
+
+    Example:
+        >>> held, count = tracing.stash_new(heap_bases, 8)
+        >>> for unit in range(...):
+        >>>     held, count = tracing.stash(heap_bases, held, count, start, tracing.STORE, peer, ptr, nbytes)
+        >>> tracing.stash_write(heap_bases, held, count)
+    """
+    if compiled_in(heap_bases.dtype):
+        held = tl.zeros([CAPACITY, RECORD_WORDS], dtype=tl.int64)
+    else:
+        held = tl.zeros([], dtype=tl.int64)
+    return held, tl.zeros([], dtype=tl.int32)
+
+
+@triton.jit
+def stash(
+    heap_bases, held, count, start, event: tl.constexpr, target_rank, address=None, nbytes=None,
+    value=0, pid_m=-1, pid_n=-1, path=0, stop=None,
+):  # fmt: skip
+    """Keep an event that began at ``start`` (:func:`begin`) in the stash; returns ``(held, count)``.
+
+    The record is the one :func:`end` would write: ``address`` (a pointer; None for a
+    compute scope, recorded as offset -1) names the heap offset, ``nbytes`` defaults to
+    one element of ``address`` (0 without one), the event ends at ``stop`` (default:
+    now). Make room first (:func:`stash_room`): an event stashed into a full stash is
+    lost. Nothing when compiled out or when ``start`` is -1.
+
+    Example:
+        >>> held, count = tracing.stash(heap_bases, held, count, began, tracing.WAIT_UNTIL, rank,
+        ...                             flags + unit, value=seen, stop=ended)
+    """
+    if compiled_in(heap_bases.dtype):
+        if start >= 0:
+            if stop is None:
+                ended = hw.timer_ns()
+            else:
+                ended = tl.cast(stop, tl.int64)
+            cur_rank = layout.cur_rank(heap_bases)
+            if address is None:
+                offset = tl.full([], -1, tl.int64)
+                size = tl.full([], 0, tl.int64)
+            else:
+                offset = address.to(tl.int64) - layout.heap_base(heap_bases, cur_rank)
+                size = tl.full([], blocks.element_bytes(address.type), tl.int64)
+            if nbytes is not None:
+                size = tl.cast(nbytes, tl.int64)
+            ident = _ident(event, cur_rank, target_rank, hw.sm_id(), path)
+            tile = (tl.cast(pid_m, tl.int64) & 0xFFFFFFFF) | (tl.cast(pid_n, tl.int64) << 32)
+            where = _linear_pid().to(tl.int64) & 0xFFFFFFFF  # the slot is or'd in when written
+            col = tl.arange(0, RECORD_WORDS)[None, :]
+            word = tl.where(col == _W_START, tl.cast(start, tl.int64), tl.cast(value, tl.int64))
+            word = tl.where(col == _W_END, ended, word)
+            word = tl.where(col == _W_ADDRESS, offset, word)
+            word = tl.where(col == _W_BYTES, size, word)
+            word = tl.where(col == _W_IDENT, ident, word)
+            word = tl.where(col == _W_WHERE, where, word)
+            word = tl.where(col == _W_TILE, tile, word)
+            row = tl.arange(0, held.shape[0])[:, None]
+            held = tl.where(row == count, word, held)
+            count = tl.minimum(count + 1, held.shape[0])
+    return held, count
+
+
+@triton.jit
+def stash_room(heap_bases, held, count, events):
+    """Make room for ``events`` more records in a stash: write it first if they would not fit.
+
+    Returns the stash ``(held, count)``. Call it before a group of :func:`stash` calls;
+    a :func:`stash` into a full stash drops the event.
+
+    Example:
+        >>> held, count = tracing.stash_room(heap_bases, held, count, world_size)
+    """
+    if compiled_in(heap_bases.dtype):
+        if count + events > held.shape[0]:
+            stash_write(heap_bases, held, count)
+            count = tl.zeros([], dtype=tl.int32)
+    return held, count
+
+
+@triton.jit
+def stash_write(heap_bases, held, count):
+    """Write the ``count`` records of a stash (:func:`stash`) with one slot claim.
+
+    Every thread writes its share of the rows: one coalesced store, after one atomic
+    on the region's counter. Records past the region's end count as dropped.
+
+    Example:
+        >>> tracing.stash_write(heap_bases, held, count)
+    """
+    if compiled_in(heap_bases.dtype):
+        if count > 0:
+            slots = layout.tracing_slots(heap_bases)
+            capacity = tl.load(slots + SLOT_REGION_CAPACITY)
+            region = _region(hw.sm_id(), hw.timer_ns(), tl.load(slots + SLOT_NUM_REGIONS))
+            counters = tl.load(slots + SLOT_COUNTERS).to(tl.pointer_type(tl.int32))
+            dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))
+            records = tl.load(slots + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
+            first = tl.atomic_add(counters + region * COUNTER_STRIDE, count, sem="relaxed", scope="gpu")
+            row = tl.arange(0, held.shape[0])[:, None]
+            col = tl.arange(0, RECORD_WORDS)[None, :]
+            slot = first.to(tl.int64) + row
+            words = tl.where(col == _W_WHERE, held | (slot << _OP_INDEX_SHIFT), held)
+            region_records = records + region.to(tl.int64) * capacity * RECORD_WORDS
+            tl.store(
+                region_records + slot * RECORD_WORDS + col, words, mask=(row < count) & (slot < capacity)
+            )
+            room = tl.minimum(tl.maximum(capacity - first, 0), count)
+            if room < count:
+                tl.atomic_add(
+                    dropped + region * COUNTER_STRIDE, (count - room).to(tl.int32), sem="relaxed", scope="gpu"
+                )
+
+
+@triton.jit
+def _ident(event: tl.constexpr, cur_rank, target_rank, sm, path):
+    # The record's identity word (iris_trace.schema, IDENT_*).
+    return (
+        event
+        | (cur_rank.to(tl.int64) << _CUR_RANK_SHIFT)
+        | ((tl.cast(target_rank, tl.int64) & 0xFFFF) << _TARGET_SHIFT)
+        | ((sm.to(tl.int64) & 0xFFFF) << _CU_SHIFT)
+        | (tl.cast(path, tl.int64) << _PATH_SHIFT)
+    )
 
 
 #: A copy-engine put (``iris.copy_engine``): not an SM op, so it is filed under the lane

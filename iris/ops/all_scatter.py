@@ -44,7 +44,12 @@ import triton
 import triton.language as tl
 
 from ..device import blocks, rma, tracing
-from .gemm import compute_tile, tile_coords, tile_offsets, traced_tile_gemm
+from .gemm import SCOPE_GEMM, tile_coords, tile_gemm, tile_offsets, traced_tile_gemm
+
+#: Records a traced GEMM program of :func:`workgroup_specialized_kernel` keeps in
+#: registers before it writes them (``iris.device.tracing.stash``): eight units' scopes
+#: and flag signals.
+STASH_RECORDS: tl.constexpr = tl.constexpr(16)
 
 #: Roles of :func:`workgroup_specialized_kernel`.
 BOTH: tl.constexpr = tl.constexpr(0)
@@ -491,30 +496,80 @@ def produce_tiles(
     """Compute work units ``first, first + step, ...`` into the local ``out_block``; flag each ``computed``.
 
     Units below ``split_from`` are whole tiles, the rest halves (:func:`unit_tile`);
-    ``split_from`` must be a multiple of ``step``.
+    ``split_from`` must be a multiple of ``step``. Traced, each unit's GEMM scope and
+    flag signal are stashed (``iris.device.tracing.stash``) and written at the end.
 
     Example:
         >>> produce_tiles(a, b, block, flags, 2 * epoch - 1, pid, gemm_programs, split_from, M, N, K, ...)
     """
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
+    held, count = tracing.stash_new(heap_bases, STASH_RECORDS)
     # Two loops, not one with a branch per unit: each keeps one GEMM body, which
     # Triton pipelines as it does a plain persistent GEMM. ``split_from`` is a
     # multiple of ``step`` (the GEMM programs), so the round robin carries on.
     for unit in range(first, split_from, step):
         pid_m, pid_n = tile_coords(unit, num_pid_m, num_pid_n, GROUP_M)
-        compute_tile(
-            a, b, out_block, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-            stride_cm, stride_cn, heap_bases, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
+        held, count = _produce_unit(
+            a, b, out_block, flags, unit, computed, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk,
+            stride_bn, stride_cm, stride_cn, cur_rank, heap_bases, held, count, BLOCK_M, BLOCK_N, BLOCK_K,
+            EVEN_K,
         )  # fmt: skip
-        signal_unit(flags, unit, computed, cur_rank, heap_bases, pid_m, pid_n)
     for unit in range(split_from + first, 2 * num_pid_m * num_pid_n - split_from, step):
         pid_m, pid_n, half = unit_coords(unit, split_from, num_pid_m, num_pid_n, GROUP_M)
-        compute_tile(
-            a, b, out_block, pid_m, 2 * pid_n + half, M, N, K, stride_am, stride_ak, stride_bk,
-            stride_bn, stride_cm, stride_cn, heap_bases, BLOCK_M, BLOCK_N // 2, BLOCK_K, EVEN_K,
+        held, count = _produce_unit(
+            a, b, out_block, flags, unit, computed, pid_m, 2 * pid_n + half, M, N, K, stride_am, stride_ak,
+            stride_bk, stride_bn, stride_cm, stride_cn, cur_rank, heap_bases, held, count, BLOCK_M,
+            BLOCK_N // 2, BLOCK_K, EVEN_K, pid_n,
         )  # fmt: skip
-        signal_unit(flags, unit, computed, cur_rank, heap_bases, pid_m, pid_n)
+    tracing.stash_write(heap_bases, held, count)
+
+
+@triton.jit
+def _produce_unit(
+    a, b, out_block, flags, unit, computed, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    stride_cm, stride_cn, cur_rank, heap_bases, held, count, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, tile_n=None,
+):  # fmt: skip
+    # One unit of produce_tiles: the GEMM of block (pid_m, pid_n) (of BLOCK_M x BLOCK_N),
+    # stored and flagged; its scope and signal are stashed, named by the tile's column
+    # ``tile_n`` (default pid_n: a half names its whole tile, as its flag's waiter does).
+    if tile_n is None:
+        named_n = pid_n
+    else:
+        named_n = tile_n
+    started = tracing.begin(heap_bases)
+    acc = tile_gemm(
+        a,
+        b,
+        pid_m,
+        pid_n,
+        M,
+        N,
+        K,
+        stride_am,
+        stride_ak,
+        stride_bk,
+        stride_bn,
+        BLOCK_M,
+        BLOCK_N,
+        BLOCK_K,
+        EVEN_K,
+    )
+    computed_at = tracing.begin(heap_bases)
+    offsets, mask = tile_offsets(pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+    tl.store(out_block + offsets, acc.to(out_block.dtype.element_ty), mask=mask)
+    signalled = tracing.begin(heap_bases)
+    signal_unit(flags, unit, computed, cur_rank, tracing.untraced(heap_bases), pid_m, named_n)
+    held, count = tracing.stash_room(heap_bases, held, count, 2)
+    held, count = tracing.stash(
+        heap_bases, held, count, started, tracing.SCOPE_BASE + SCOPE_GEMM, -1, None, 0, 0, pid_m, pid_n,
+        stop=computed_at,
+    )  # fmt: skip
+    return tracing.stash(
+        heap_bases, held, count, signalled, tracing.SIGNAL, cur_rank, flags + unit, None, computed, pid_m,
+        named_n,
+    )  # fmt: skip
 
 
 @triton.jit

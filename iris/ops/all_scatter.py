@@ -540,22 +540,9 @@ def _produce_unit(
         named_n = tile_n
     started = tracing.begin(heap_bases)
     acc = tile_gemm(
-        a,
-        b,
-        pid_m,
-        pid_n,
-        M,
-        N,
-        K,
-        stride_am,
-        stride_ak,
-        stride_bk,
-        stride_bn,
-        BLOCK_M,
-        BLOCK_N,
-        BLOCK_K,
-        EVEN_K,
-    )
+        a, b, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
+    )  # fmt: skip
     computed_at = tracing.begin(heap_bases)
     offsets, mask = tile_offsets(pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
     tl.store(out_block + offsets, acc.to(out_block.dtype.element_ty), mask=mask)

@@ -285,7 +285,7 @@ def end(
     """
     if compiled_in(heap_bases.dtype):
         if start >= 0:
-            record(heap_bases, start, event, target_rank, ptr, mask, value, pid_m, pid_n, stop, path)
+            record(heap_bases, start, event, target_rank, ptr, mask, value, pid_m, pid_n, path, stop)
 
 
 @triton.jit
@@ -299,8 +299,8 @@ def record(
     value=0,
     pid_m=-1,
     pid_n=-1,
-    stop=None,
     path=0,
+    stop=None,
 ):
     """:func:`end` for a caller that has checked :func:`compiled_in` and :func:`enabled` itself.
 
@@ -625,7 +625,7 @@ def record_event_start(
     if compiled_in(heap_bases.dtype):
         if enabled(heap_bases):
             now = hw.timer_ns()
-            handle = record(heap_bases, now, event_id, target_rank, address, mask, 0, pid_m, pid_n, now)
+            handle = record(heap_bases, now, event_id, target_rank, address, mask, 0, pid_m, pid_n, stop=now)
     return handle
 
 

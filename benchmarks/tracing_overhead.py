@@ -6,8 +6,8 @@ Kernels:
            compute scope around each tile's K loop: compute plus communication
   ctx.ops  the library's GEMM + all-scatter (``ctx.ops.matmul_all_gather``, the style
            ``auto`` picks, or ``--op-variant``) at each ``--op-shapes`` shape, from 2
-           ranks: what a user tracing a fused op pays. Its traced variant compiles only while tracing is
-           enabled, so it has no disabled mode.
+           ranks: what a user tracing a fused op pays. Its traced variant compiles only
+           while tracing is enabled, so it has no disabled mode.
 
 Modes, in one run with the same fixed iteration count on every rank (max over ranks):
   untraced   plain heap_bases (tracing compiled out; the code tracing never touched)

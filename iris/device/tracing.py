@@ -390,17 +390,12 @@ def _write(
     # ``lane`` >= 0 files the event under that lane id instead of the SM it ran on.
     # Returns the record's index in the buffer (-1: the region was full, the event
     # dropped; also -1 in every thread but the one that wrote it, hw.write_record).
-    capacity = tl.load(slots + SLOT_REGION_CAPACITY)
-    sm = hw.sm_id()
-    region = _region(sm, stop, tl.load(slots + SLOT_NUM_REGIONS))
+    sm, region, capacity, counters, dropped, records = _region_buffers(slots, stop)
     if lane >= 0:
         sm = lane
-    counters = tl.load(slots + SLOT_COUNTERS).to(tl.pointer_type(tl.int32))
-    dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))
-    records = tl.load(slots + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
     ident = _ident(event, cur_rank, target_rank, sm, path)
-    where = _linear_pid().to(tl.int64) & 0xFFFFFFFF  # the slot's index is or'd in when claimed
-    tile = (tl.cast(pid_m, tl.int64) & 0xFFFFFFFF) | (tl.cast(pid_n, tl.int64) << 32)
+    where = _where()
+    tile = _tile(pid_m, pid_n)
     tl.static_assert(
         (_W_START == 0) & (_W_END == 1) & (_W_ADDRESS == 2) & (_W_BYTES == 3) & (_W_IDENT == 4)
         & (_W_TILE == 6) & (_W_VALUE == 7),
@@ -417,14 +412,44 @@ def _write(
 
 
 @triton.jit
+def _region_buffers(slots, stop=None):
+    # Where an event that ended at ``stop`` (default: now) on this SM goes: the SM, its
+    # region (_region), a region's capacity in records, and the buffers' counters, dropped
+    # counts and records (a region's entries are at ``region * COUNTER_STRIDE`` and
+    # ``region * capacity * RECORD_WORDS``).
+    capacity = tl.load(slots + SLOT_REGION_CAPACITY)
+    sm = hw.sm_id()
+    if stop is None:
+        stop = hw.timer_ns()
+    region = _region(sm, stop, tl.load(slots + SLOT_NUM_REGIONS))
+    counters = tl.load(slots + SLOT_COUNTERS).to(tl.pointer_type(tl.int32))
+    dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))
+    records = tl.load(slots + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
+    return sm, region, capacity, counters, dropped, records
+
+
+@triton.jit
+def _where():
+    # The record's ``where`` word before its slot is claimed: the program's linear id
+    # (the slot's index is or'd in by whoever writes the record).
+    return _linear_pid().to(tl.int64) & 0xFFFFFFFF
+
+
+@triton.jit
+def _tile(pid_m, pid_n):
+    # The record's tile word: pid_m in the low half, pid_n in the high half.
+    return (tl.cast(pid_m, tl.int64) & 0xFFFFFFFF) | (tl.cast(pid_n, tl.int64) << 32)
+
+
+@triton.jit
 def stash_new(heap_bases, CAPACITY: tl.constexpr):
     """An empty stash for :func:`stash`: room for ``CAPACITY`` records in registers, and a count.
 
     A program that records inside a loop on its critical path (a fused op's GEMM
-    programs and pushers) keeps its records here and writes them with one slot claim
-    when the stash is full and at its end (:func:`stash_write`), instead of claiming a
-    slot and writing 64 bytes from thread 0 at every event while the next tile or push
-    waits. Untraced, both are dead scalars.
+    programs, ``iris.ops.all_scatter.produce_tiles``) keeps its records here and writes
+    them with one slot claim when the stash is full and at its end (:func:`stash_write`),
+    instead of claiming a slot and writing 64 bytes from thread 0 at every event while
+    the next tile waits. Untraced, both are dead scalars.
 
     Example:
         >>> held, count = tracing.stash_new(heap_bases, 8)
@@ -472,8 +497,8 @@ def stash(
             if nbytes is not None:
                 size = tl.cast(nbytes, tl.int64)
             ident = _ident(event, cur_rank, target_rank, hw.sm_id(), path)
-            tile = (tl.cast(pid_m, tl.int64) & 0xFFFFFFFF) | (tl.cast(pid_n, tl.int64) << 32)
-            where = _linear_pid().to(tl.int64) & 0xFFFFFFFF  # the slot is or'd in when written
+            tile = _tile(pid_m, pid_n)
+            where = _where()
             col = tl.arange(0, RECORD_WORDS)[None, :]
             word = tl.where(col == _W_START, tl.cast(start, tl.int64), tl.cast(value, tl.int64))
             word = tl.where(col == _W_END, ended, word)
@@ -518,11 +543,7 @@ def stash_write(heap_bases, held, count):
     if compiled_in(heap_bases.dtype):
         if count > 0:
             slots = layout.tracing_slots(heap_bases)
-            capacity = tl.load(slots + SLOT_REGION_CAPACITY)
-            region = _region(hw.sm_id(), hw.timer_ns(), tl.load(slots + SLOT_NUM_REGIONS))
-            counters = tl.load(slots + SLOT_COUNTERS).to(tl.pointer_type(tl.int32))
-            dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))
-            records = tl.load(slots + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
+            _, region, capacity, counters, dropped, records = _region_buffers(slots)
             first = tl.atomic_add(counters + region * COUNTER_STRIDE, count, sem="relaxed", scope="gpu")
             row = tl.arange(0, held.shape[0])[:, None]
             col = tl.arange(0, RECORD_WORDS)[None, :]

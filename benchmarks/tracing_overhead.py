@@ -4,6 +4,8 @@ Kernels:
   put      ring put of a large buffer (grid-stride, 16 KiB per op): communication only
   gemm+as  bf16 GEMM tiles (128x128x64) each stored to every rank (all-scatter), with a
            compute scope around each tile's K loop: compute plus communication
+  barrier  ``ctx.device_barrier()`` alone, from 2 ranks: the one-program kernel that ends
+           every synchronous ``ctx.ops`` call, whose records sit on each call's critical path
   ctx.ops  the library's GEMM + all-scatter (``ctx.ops.matmul_all_gather``, the style
            ``auto`` picks, or ``--op-variant``) at each ``--op-shapes`` shape, from 2
            ranks: what a user tracing a fused op pays. Its traced variant compiles only
@@ -303,6 +305,8 @@ def main():
             ctx, lambda hb: gemm(plain, hb, mark=True), args.iters, args.trials
         )
     op_correct = True
+    if world > 1:
+        measured["ctx.device_barrier"] = measure_op(ctx, ctx.device_barrier, args.iters, args.trials)
     if world > 1 and args.op_shapes:
         op_measured, op_correct = op_rows(ctx, args.op_shapes, args.op_variant, args.iters, args.trials)
         measured.update(op_measured)

@@ -115,10 +115,12 @@ class Tracing:
         self._require_buffers()
         self._ctx.backend.synchronize(self._ctx.get_device())
         counts = self._counters.view(self._regions, COUNTER_STRIDE)[:, 0].cpu().numpy()
-        return decode_records(self._records.cpu().numpy(), counts, self._capacity)
+        return decode_records(self._records.cpu().numpy(), counts, self._capacity, self._ctx.num_ranks)
 
     def dropped(self) -> int:
         """Events this rank could not record because the buffer region they went to was full.
+
+        A record that stands for every peer (a fused op's push of a tile) counts once.
 
         Example:
             >>> assert ctx.tracing.dropped() == 0

@@ -14,6 +14,7 @@ from .schema import (  # noqa: F401
     DMA_CU_BASE,
     DMA_PUT,
     EVENT_NAMES,
+    EVERY_PEER,
     IDENT_CU_SHIFT,
     IDENT_CUR_RANK_SHIFT,
     IDENT_EVENT_BITS,
@@ -88,18 +89,30 @@ def lane_name(cu_id: int, lane: int = 0) -> str:
     return base if lane == 0 else f"{base} · lane {lane}"
 
 
-def decode_records(records: np.ndarray, counts: np.ndarray, capacity: int) -> np.ndarray:
+def decode_records(
+    records: np.ndarray, counts: np.ndarray, capacity: int, world_size: int | None = None
+) -> np.ndarray:
     """Decode the valid records of every buffer region, sorted by start time.
+
+    A record for every peer (target ``EVERY_PEER``) becomes ``world_size - 1`` events,
+    one to each other rank, starting with the next one (``cur_rank + 1``).
 
     Args:
         records: int64 array of ``regions * capacity * 8`` words.
         counts: events each region claimed (may exceed ``capacity``: those were dropped).
         capacity: slots per region.
+        world_size: ranks of the run; needed only when a record is for every peer.
+
+    Raises:
+        ValueError: a record is for every peer and ``world_size`` is not given.
+
+    Example:
+        >>> events = decode_records(records, counts, capacity, world_size=4)
     """
     counts = np.minimum(np.asarray(counts, dtype=np.int64), capacity)
     words = np.asarray(records, dtype=np.int64).reshape(len(counts), capacity, RECORD_WORDS)
     valid = np.arange(capacity)[None, :] < counts[:, None]
-    raw = words[valid]
+    raw = _every_peer_expanded(words[valid], world_size)
     events = np.empty(len(raw), dtype=EVENT_DTYPE)
     ident, where, tile = raw[:, W_IDENT], raw[:, W_WHERE], raw[:, W_TILE]
     events["event_id"] = ident & ((1 << IDENT_EVENT_BITS) - 1)
@@ -119,3 +132,23 @@ def decode_records(records: np.ndarray, counts: np.ndarray, capacity: int) -> np
     events["payload_bytes"] = raw[:, W_BYTES]
     events["value"] = raw[:, W_VALUE]
     return events[np.argsort(events["start_ns"], kind="stable")]
+
+
+def _every_peer_expanded(raw: np.ndarray, world_size: int | None) -> np.ndarray:
+    # Each record for every peer, repeated once per peer with the peer in its target field.
+    target = (raw[:, W_IDENT] >> IDENT_TARGET_SHIFT) & 0xFFFF
+    broadcast = target == EVERY_PEER
+    if not broadcast.any():
+        return raw
+    if world_size is None:
+        raise ValueError("decode_records: records for every peer need the run's world_size")
+    copies = np.where(broadcast, max(int(world_size) - 1, 0), 1)
+    expanded = np.repeat(raw, copies, axis=0)
+    # 1, 2, ... within each record's copies: the peer is cur_rank + that, modulo the world.
+    step = np.arange(len(expanded)) - np.repeat(np.cumsum(copies) - copies, copies) + 1
+    cur_rank = (expanded[:, W_IDENT] >> IDENT_CUR_RANK_SHIFT) & 0xFFFF
+    peer = (cur_rank + step) % max(int(world_size), 1)
+    was_broadcast = np.repeat(broadcast, copies)
+    ident = expanded[:, W_IDENT] & ~np.int64(0xFFFF << IDENT_TARGET_SHIFT)
+    expanded[:, W_IDENT] = np.where(was_broadcast, ident | (peer << IDENT_TARGET_SHIFT), expanded[:, W_IDENT])
+    return expanded

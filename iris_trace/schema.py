@@ -15,7 +15,8 @@ own names), and ``SCOPE_BASE + s`` the user's compute scope ``s``.
     0 start_ns   1 end_ns   2 address (heap offset: the flag, or a block's first element)
     3 payload_bytes
     4 event_id | cur_rank << 8 | target_rank << 24 | cu_id << 40 | path << 56
-    5 pid | op_index << 32          (op_index: sequence number within the SM)
+                                    (target_rank EVERY_PEER: one record for every other rank)
+    5 pid | op_index << 32          (op_index: the record's slot in its buffer region)
     6 pid_m | pid_n << 32           (tile coordinates, -1 when not given)
     7 value                         (flag value waited for or signalled, else 0)
 
@@ -51,6 +52,11 @@ SCOPE_BASE = 64
 DMA_CU_BASE = 0x7F00
 #: ``target_rank`` field of an event that has none.
 NO_RANK = 0xFFFF
+#: ``target_rank`` field of one record that stands for the same op to every rank but its
+#: own, with the same times and ``payload_bytes`` to each: a fused op's push of a tile,
+#: which interleaves its peers row by row, writes one record instead of one per peer, and
+#: the reader (``iris_trace.events.decode_records``) expands it into an event per peer.
+EVERY_PEER = 0xFFFE
 
 #: event id -> name, as exports and reports show it. Ids from SCOPE_BASE up are scopes.
 EVENT_NAMES = {

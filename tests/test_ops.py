@@ -265,6 +265,8 @@ def test_traced_workgroup_specialized_records_tiles_and_pushes(multi_world):
         # every element of the 40 x 48 bf16 block goes to every peer once
         assert stores["payload_bytes"].sum() == M * N * 2 * peers
         assert len(stores) == tiles * peers  # a tile's push to a peer is one event, whatever its steps
+        for peer in range(multi_world.world_size):
+            assert (stores["target_rank"] == peer).sum() == (0 if peer == stores["cur_rank"][0] else tiles)
 
 
 def test_traced_tile_waits_end_before_the_push_they_let_through(multi_world):

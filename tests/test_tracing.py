@@ -13,7 +13,7 @@ from kernels import ping_pong_rounds
 import iris
 from iris.device.tracing import _region
 from iris_trace import schema
-from iris_trace.events import EVENT_NAMES
+from iris_trace.events import EVENT_NAMES, decode_records
 from iris_trace.trace import Trace, TraceFileError
 
 ID = {name: event_id for event_id, name in EVENT_NAMES.items()}
@@ -165,6 +165,31 @@ def test_library_waits_are_named_in_traces(multi_world):
     multi_world.run(_named_waits_body)
 
 
+def _barrier_records_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        ctx.tracing.enable(max_events=64 * ctx.get_cu_count())
+        ctx.barrier()
+        ctx.device_barrier()
+        ev = ctx.tracing.events()
+        ctx.tracing.disable()
+        ctx.barrier()
+    peers = sorted(set(range(world_size)) - {rank})
+    signals = ev[ev["event_id"] == schema.SIGNAL]
+    waits = ev[ev["event_id"] == schema.BARRIER_WAIT]
+    assert sorted(signals["target_rank"].tolist()) == peers and (signals["value"] == 1).all()
+    assert (waits["target_rank"] == rank).all() and (waits["value"] >= 1).all()
+    # Each wait polls a peer's slot of the row whose slot ``rank`` the signals add to.
+    slot = int(signals["payload_bytes"][0])
+    assert len(set(signals["address"].tolist())) == 1
+    offsets = sorted(((waits["address"] - signals["address"][0]) // slot).tolist())
+    assert offsets == [peer - rank for peer in peers]
+    assert signals["end_ns"].max() <= waits["start_ns"].min()  # arrive, then wait
+
+
+def test_device_barrier_records_a_signal_and_a_wait_per_peer(multi_world):
+    multi_world.run(_barrier_records_body)
+
+
 def test_device_wait_ids_follow_the_schema():
     from iris.device import flight, tracing
 
@@ -292,6 +317,27 @@ def _stash_body(rank, world_size):
 
 def test_stashed_events_are_written_in_batches():
     get_pool(1).run(_stash_body)
+
+
+def _record(event_id, cur_rank, target_rank, start):
+    ident = event_id | cur_rank << schema.IDENT_CUR_RANK_SHIFT | target_rank << schema.IDENT_TARGET_SHIFT
+    return [start, start + 10, 4096, 256, ident, 7, 3 | 5 << 32, 0]
+
+
+def test_a_record_for_every_peer_decodes_into_one_event_per_peer():
+    records = np.array([_record(ID["store"], 2, schema.EVERY_PEER, 100), _record(ID["signal"], 2, 1, 50)])
+    events = decode_records(records.ravel(), np.array([2]), capacity=2, world_size=4)
+    stores = events[events["event_id"] == ID["store"]]
+    assert stores["target_rank"].tolist() == [3, 0, 1]  # the push's order: the next rank first
+    for field, value in (("start_ns", 100), ("payload_bytes", 256), ("pid_m", 3), ("pid_n", 5), ("pid", 7)):
+        assert (stores[field] == value).all(), field
+    assert events[events["event_id"] == ID["signal"]]["target_rank"].tolist() == [1]
+
+
+def test_a_record_for_every_peer_needs_the_world_size():
+    records = np.array([_record(ID["store"], 0, schema.EVERY_PEER, 100)])
+    with pytest.raises(ValueError, match="world_size"):
+        decode_records(records.ravel(), np.array([1]), capacity=1)
 
 
 @triton.jit

@@ -10,12 +10,31 @@ is ever needed and replays of a captured graph keep working.
 collectives of :mod:`iris.ccl` use one row per program); :func:`device_barrier_kernel`
 is ``Iris.device_barrier``. Waits carry an ``op`` name, so a barrier some member
 never reaches times out (``Iris.set_wait_timeout``) with a report naming that member.
+
+Traced, each half keeps its records (a signal per member, then a wait per member) in a
+register stash and writes them with one slot claim once its last signal has left or its
+last wait has passed (``iris.device.tracing.stash``). A record written as each op
+happens claims its slot with an atomic whose reply the program waits for: in a barrier
+that put two round trips per member between one signal and the next and between one
+wait and the next, on the path every rank waits for (a synchronous ``ctx.ops`` call ends
+with ``Iris.device_barrier``). A barrier that times out leaves the records of its half
+unwritten; the flight recorder, which records as it goes, still has them.
 """
 
 import triton
 import triton.language as tl
+from triton.runtime.jit import constexpr_function
 
-from . import rma
+from . import rma, tracing
+
+
+@constexpr_function
+def _stash_rows(group):
+    # Room for one record per other member (a power of two, at most 32 held at once).
+    rows = 1
+    while rows < group - 1 and rows < 32:
+        rows *= 2
+    return rows
 
 
 @triton.jit
@@ -41,10 +60,19 @@ def arrive(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
     # One system fence for all peers, then relaxed adds: a release add per peer would
     # wait for the previous peer's round trip before leaving.
     rma.fence()
+    held, count = tracing.stash_new(heap_bases, _stash_rows(GROUP))
+    plain = tracing.untraced(heap_bases)
     for i in tl.static_range(GROUP):
         peer = tl.load(ranks + i)
         if peer != cur_rank:
-            rma.signal(row + cur_rank, 1, cur_rank, peer, heap_bases, op="add", sem="relaxed")
+            began = tracing.begin(heap_bases)
+            rma.signal(row + cur_rank, 1, cur_rank, peer, plain, op="add", sem="relaxed")
+            held, count = tracing.stash_room(heap_bases, held, count, 1)
+            held, count = tracing.stash(
+                heap_bases, held, count, began, tracing.SIGNAL, peer, row + cur_rank, value=1,
+                path=rma.path_between(heap_bases, cur_rank, peer),
+            )  # fmt: skip
+    tracing.stash_write(heap_bases, held, count)
     return epoch
 
 
@@ -63,12 +91,19 @@ def wait_arrivals(
     Example:
         >>> wait_arrivals(flags + pid * world_size, epoch, cur_rank, ranks, GROUP, heap_bases)
     """
+    held, count = tracing.stash_new(heap_bases, _stash_rows(GROUP))
     for i in tl.static_range(GROUP):
         peer = tl.load(ranks + i)
         # Never spin on our own slot: its plain store may legally sink below the
         # spin loop, and it is already known to hold ``epoch``.
         if peer != cur_rank:
-            rma.wait_until(row + peer, "ge", epoch, heap_bases=heap_bases, op=op)
+            began = tracing.begin(heap_bases)
+            seen = rma.wait_until(row + peer, "ge", epoch, heap_bases=tracing.untraced(heap_bases), op=op)
+            held, count = tracing.stash_room(heap_bases, held, count, 1)
+            held, count = tracing.stash(
+                heap_bases, held, count, began, tracing.wait_event(op), cur_rank, row + peer, value=seen
+            )
+    tracing.stash_write(heap_bases, held, count)
 
 
 @triton.jit(do_not_specialize=["cur_rank"])

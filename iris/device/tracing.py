@@ -62,6 +62,8 @@ ATOMIC_CAS: tl.constexpr = tl.constexpr(schema.ATOMIC_CAS)
 SIGNAL: tl.constexpr = tl.constexpr(schema.SIGNAL)
 WAIT_UNTIL: tl.constexpr = tl.constexpr(schema.WAIT_UNTIL)
 SCOPE_BASE: tl.constexpr = tl.constexpr(schema.SCOPE_BASE)
+#: ``target_rank`` of one record for the same op to every other rank (the reader expands it).
+EVERY_PEER: tl.constexpr = tl.constexpr(schema.EVERY_PEER)
 
 SLOT_ENABLED: tl.constexpr = tl.constexpr(schema.SLOT_ENABLED)
 SLOT_MAX_EVENTS: tl.constexpr = tl.constexpr(schema.SLOT_MAX_EVENTS)
@@ -335,6 +337,8 @@ def record_block(
     event costs its program a slot claim (an atomic whose reply the program waits for);
     a loop of many small ops to the same peer (the fused ops push a tile in steps of a
     few rows) records the whole as one event instead, with :func:`untraced` for the ops.
+    ``target_rank`` :data:`EVERY_PEER` records one event for a block that went to every
+    other rank in the same steps (the reader gives each peer an event with its times).
 
     Example:
         >>> start = tracing.begin(heap_bases)

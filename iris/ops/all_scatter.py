@@ -43,7 +43,7 @@ the host bumps before each call): a rank that runs ahead never overwrites an
 import triton
 import triton.language as tl
 
-from ..device import blocks, rma, tracing
+from ..device import blocks, crossnode, rma, tracing
 from .gemm import SCOPE_GEMM, tile_coords, tile_gemm, tile_offsets, traced_tile_gemm
 
 #: Records a traced GEMM program of :func:`workgroup_specialized_kernel` keeps in
@@ -105,7 +105,9 @@ def push_tile(
     never has to sit in registers. Traced, the tile's push to each peer is one store
     event (:func:`iris.device.tracing.record_block`), not one per step: each event
     costs the pushing program a slot claim that waits behind its stores, which with
-    dedicated pushers made a traced call up to 60% slower.
+    dedicated pushers made a traced call up to 60% slower. Within one node the push
+    writes one record for all its peers (``tracing.EVERY_PEER``), which the reader
+    expands: the steps interleave the peers, so each peer's store spans the same time.
 
     Example:
         >>> push_tile(out_block, pid_m, pid_n, M, N, N, 1, rank, world, heap_bases, 128, 256, 32)
@@ -122,15 +124,23 @@ def push_tile(
         for i in range(1, world_size):
             peer = (cur_rank + i) % world_size
             rma.store(out_block + offsets, values, cur_rank, peer, plain, mask=mask)
-    if start >= 0:
+    if (start >= 0) & (world_size > 1):
         first = out_block + pid_m * BLOCK_M * stride_m + pid_n * BLOCK_N * stride_n
         tile_rows = tl.minimum(rows - pid_m * BLOCK_M, BLOCK_M)
         tile_cols = tl.minimum(cols - pid_n * BLOCK_N, BLOCK_N)
         nbytes = tile_rows.to(tl.int64) * tile_cols * blocks.element_bytes(out_block.type)
-        for i in range(1, world_size):
-            peer = (cur_rank + i) % world_size
-            path = rma.path_between(heap_bases, cur_rank, peer)
-            tracing.record_block(heap_bases, start, tracing.STORE, peer, first, nbytes, pid_m, pid_n, path)
+        if crossnode.SCALE_OUT:
+            # Peers on other nodes take another path, which each record names.
+            for i in range(1, world_size):
+                peer = (cur_rank + i) % world_size
+                path = rma.path_between(heap_bases, cur_rank, peer)
+                tracing.record_block(
+                    heap_bases, start, tracing.STORE, peer, first, nbytes, pid_m, pid_n, path
+                )
+        else:
+            tracing.record_block(
+                heap_bases, start, tracing.STORE, tracing.EVERY_PEER, first, nbytes, pid_m, pid_n
+            )
 
 
 @triton.jit

@@ -149,45 +149,36 @@ def test_block_ops_record_their_first_element_and_active_bytes():
     get_pool(1).run(_masked_blocks_body)
 
 
-def _named_waits_body(rank, world_size):
+def _device_barrier_events(rank, world_size):
     with iris.iris(1 << 22) as ctx:
         ctx.tracing.enable(max_events=64 * ctx.get_cu_count())
         ctx.barrier()
         ctx.device_barrier()
         ev = ctx.tracing.events()
-        assert set(ev["event_id"].tolist()) >= {schema.BARRIER_WAIT}, ev["event_id"]
-        assert schema.WAIT_UNTIL not in set(ev["event_id"].tolist())  # named, not a bare wait_until
         ctx.tracing.disable()
         ctx.barrier()
+    return ev
 
 
 def test_library_waits_are_named_in_traces(multi_world):
-    multi_world.run(_named_waits_body)
-
-
-def _barrier_records_body(rank, world_size):
-    with iris.iris(1 << 22) as ctx:
-        ctx.tracing.enable(max_events=64 * ctx.get_cu_count())
-        ctx.barrier()
-        ctx.device_barrier()
-        ev = ctx.tracing.events()
-        ctx.tracing.disable()
-        ctx.barrier()
-    peers = sorted(set(range(world_size)) - {rank})
-    signals = ev[ev["event_id"] == schema.SIGNAL]
-    waits = ev[ev["event_id"] == schema.BARRIER_WAIT]
-    assert sorted(signals["target_rank"].tolist()) == peers and (signals["value"] == 1).all()
-    assert (waits["target_rank"] == rank).all() and (waits["value"] >= 1).all()
-    # Each wait polls a peer's slot of the row whose slot ``rank`` the signals add to.
-    slot = int(signals["payload_bytes"][0])
-    assert len(set(signals["address"].tolist())) == 1
-    offsets = sorted(((waits["address"] - signals["address"][0]) // slot).tolist())
-    assert offsets == [peer - rank for peer in peers]
-    assert signals["end_ns"].max() <= waits["start_ns"].min()  # arrive, then wait
+    for ev in multi_world.run(_device_barrier_events):
+        assert set(ev["event_id"].tolist()) >= {schema.BARRIER_WAIT}, ev["event_id"]
+        assert schema.WAIT_UNTIL not in set(ev["event_id"].tolist())  # named, not a bare wait_until
 
 
 def test_device_barrier_records_a_signal_and_a_wait_per_peer(multi_world):
-    multi_world.run(_barrier_records_body)
+    for rank, ev in enumerate(multi_world.run(_device_barrier_events)):
+        peers = sorted(set(range(multi_world.world_size)) - {rank})
+        signals = ev[ev["event_id"] == schema.SIGNAL]
+        waits = ev[ev["event_id"] == schema.BARRIER_WAIT]
+        assert sorted(signals["target_rank"].tolist()) == peers and (signals["value"] == 1).all()
+        assert (waits["target_rank"] == rank).all() and (waits["value"] >= 1).all()
+        # Each wait polls a peer's slot of the row whose slot ``rank`` the signals add to.
+        slot = int(signals["payload_bytes"][0])
+        assert len(set(signals["address"].tolist())) == 1
+        offsets = sorted(((waits["address"] - signals["address"][0]) // slot).tolist())
+        assert offsets == [peer - rank for peer in peers]
+        assert signals["end_ns"].max() <= waits["start_ns"].min()  # arrive, then wait
 
 
 def test_device_wait_ids_follow_the_schema():

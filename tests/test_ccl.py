@@ -786,8 +786,9 @@ def test_collectives_replay_under_cuda_graphs(world):
 
 # ---------------------------------------------------------------- Hopper code
 @pytest.mark.codegen
+@pytest.mark.timeout(900)  # 38 kernels compiled cold take 4-5 minutes on one core
 def test_every_collective_compiles_for_hopper_with_vector_accesses():
-    stdout = run_cuda_script("compile_ccl.py", "fp32", "bf16")
+    stdout = run_cuda_script("compile_ccl.py", "fp32", "bf16", timeout=900)
     lines = dict(line.split(" ", 1) for line in stdout.splitlines())
     # 5 all-reduce variants, 4 staged modes, 4 low-latency modes, 2 pushed modes,
     # all_gather, all_to_all, upstream's full-shape reduce_scatter, broadcast, for fp32 and

@@ -6,6 +6,9 @@ its GPU activities in start order, relative to the first, with the stream they r
 and the gaps on the compute stream. It shows what a timing cannot: whether copies hide
 behind the GEMM, how long the tail after the last GEMM is, what the handshakes cost.
 Profiling adds a little to every launch, so read the structure, not the totals.
+``--calls N`` profiles N calls back to back and gives each activity's mean start and
+duration within a call; ``--traced`` profiles every config again with tracing enabled,
+which says in which kernel (and in which gap between kernels) tracing's cost lies.
 
 Then, per config, three times per call over a loop (max over ranks): the GPU's (CUDA
 events around the loop), the host's (enqueueing the loop, before any wait), and the
@@ -14,6 +17,8 @@ near the GPU time means the loop is host-bound; the graph time is the GPU's own.
 
     python -m iris.run -n 2 scripts/profile_op.py --shape 4096,8192,8192 \\
         --configs "variant=copy_engine;variant=copy_engine,sm_tail=1" --out /tmp/profile.json
+    python -m iris.run -n 4 scripts/profile_op.py --shape 4096,8192,8192 --configs variant=auto \\
+        --calls 20 --traced
 """
 
 from __future__ import annotations
@@ -54,6 +59,33 @@ def gpu_activities(prof) -> list[dict]:
     for row in rows:
         row["start_us"] = round(row["start_us"] - first, 2)
     return rows
+
+
+def mean_call(rows: list[dict], calls: int) -> list[dict]:
+    """The activities of ``calls`` identical calls profiled back to back, as one mean call.
+
+    Each call launches the same activities, so the ``i``-th of a call is the ``i``-th of
+    every call: its start (relative to its call's first activity) and duration are
+    averaged. The rows come back unchanged when they do not split into equal calls.
+    """
+    if calls <= 1 or len(rows) % calls:
+        return rows
+    per_call = len(rows) // calls
+    split = [rows[i * per_call : (i + 1) * per_call] for i in range(calls)]
+    if any([r["name"] for r in call] != [r["name"] for r in split[0]] for call in split):
+        return rows
+    mean = []
+    for i, first in enumerate(split[0]):
+        starts = [call[i]["start_us"] - call[0]["start_us"] for call in split]
+        mean.append(
+            {
+                "name": first["name"],
+                "stream": first["stream"],
+                "start_us": round(sum(starts) / calls, 2),
+                "us": round(sum(call[i]["us"] for call in split) / calls, 2),
+            }
+        )
+    return mean
 
 
 def describe(rows: list[dict], rank: int, label: str) -> str:
@@ -121,6 +153,23 @@ def loop_times(ctx, call, iters: int) -> dict:
     }
 
 
+def profile_config(ctx, call, args, timed: bool) -> dict:
+    """One config's mean call under the profiler (after a warm-up) and, if ``timed``, its loop times."""
+    for _ in range(args.warmup):
+        call()
+    torch.cuda.synchronize()
+    ctx.barrier()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.calls):
+            call()
+        torch.cuda.synchronize()
+    ctx.barrier()
+    entry = {"activities": mean_call(gpu_activities(prof), args.calls)}
+    if timed:
+        entry["times"] = loop_times(ctx, call, args.iters)
+    return entry
+
+
 def _number(name: str, value) -> str:
     return f"{name} {value:.1f}" if isinstance(value, float) else f"{name} {value}"
 
@@ -134,6 +183,10 @@ def main():
     parser.add_argument("--configs", type=parse_configs, default=[{"variant": "copy_engine"}])
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=30, help="calls per timing loop")
+    parser.add_argument("--calls", type=int, default=1, help="calls profiled back to back (mean per call)")
+    parser.add_argument(
+        "--traced", action="store_true", help="profile each config again with tracing enabled"
+    )
     parser.add_argument("--times-only", action="store_true", help="print the loop times, not the activities")
     parser.add_argument("--out", default=None, help="JSON of every rank's activities and times")
     args = parser.parse_args()
@@ -156,23 +209,23 @@ def main():
             else:
                 config = problem.config.replace(**fields)
                 call = lambda v=variant, c=config: problem.iris(v, c)  # noqa: E731
-            for _ in range(args.warmup):
-                call()
-            torch.cuda.synchronize()
-            ctx.barrier()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                call()
-                torch.cuda.synchronize()
-            ctx.barrier()
-            rows = gpu_activities(prof)
-            report[label] = {"activities": rows}
-            if variant != "baseline":
-                report[label]["times"] = loop_times(ctx, call, args.iters)
-            if not args.times_only:
-                for r in range(ctx.get_num_ranks()):
-                    if r == rank:
-                        print(describe(rows, rank, f"{args.op} {M}x{N}x{K} {label}"), flush=True)
-                    ctx.barrier()
+            traced_too = args.traced and variant not in ("baseline", "cublas")
+            for traced in (False, True) if traced_too else (False,):
+                name = label + (" traced" if traced else "")
+                if traced:
+                    ctx.tracing.enable(max_events=1 << 22)
+                report[name] = profile_config(ctx, call, args, variant != "baseline")
+                if traced:
+                    ctx.tracing.disable()
+                    ctx.tracing.reset()
+                if not args.times_only:
+                    for r in range(ctx.get_num_ranks()):
+                        if r == rank:
+                            print(
+                                describe(report[name]["activities"], rank, f"{args.op} {M}x{N}x{K} {name}"),
+                                flush=True,
+                            )
+                        ctx.barrier()
         if rank == 0:
             for label, entry in report.items():
                 if "times" in entry:

@@ -310,6 +310,53 @@ def test_stashed_events_are_written_in_batches():
     get_pool(1).run(_stash_body)
 
 
+@triton.jit
+def reserved_scopes(buf, n, heap_bases):
+    # n scopes whose slots are reserved at once before they begin, then written one by one.
+    reservation = iris.device.tracing.reserve(heap_bases, n * iris.device.tracing.enabled(heap_bases))
+    for i in range(n):
+        start = iris.device.tracing.begin(heap_bases)
+        iris.device.tracing.write_reserved(
+            heap_bases, reservation, i, start, iris.device.tracing.SCOPE_BASE + 3, -1, buf + i, 4, i, i, 7
+        )
+
+
+def _reserve_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        buf = ctx.zeros(8, dtype=torch.int32)
+        ctx.tracing.enable(max_events=1 << 12)
+        reserved_scopes[(1,)](buf, 5, ctx.get_heap_bases())
+        ev = np.sort(ctx.tracing.events(), order="start_ns")
+        assert ctx.tracing.dropped() == 0 and len(ev) == 5
+        assert (ev["event_id"] == schema.SCOPE_BASE + 3).all()
+        assert ev["address"].tolist() == [ctx.heap.offset_of(buf) + 4 * i for i in range(5)]
+        assert ev["payload_bytes"].tolist() == [4] * 5 and ev["value"].tolist() == list(range(5))
+        assert ev["pid_m"].tolist() == list(range(5)) and (ev["pid_n"] == 7).all()
+        assert (ev["end_ns"] >= ev["start_ns"]).all()
+
+
+def test_reserved_slots_take_the_events_written_later():
+    get_pool(1).run(_reserve_body)
+
+
+def _reserve_overflow_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        buf = ctx.zeros(8, dtype=torch.int32)
+        ctx.tracing.enable(max_events=1)  # a slot or two in all: the rest of the reservation is dropped
+        traced = ctx.get_heap_bases()
+        reserved_scopes[(1,)](buf, 5, traced)
+        recorded, dropped = len(ctx.tracing.events()), ctx.tracing.dropped()
+        assert recorded + dropped == 5 and recorded >= 1, (recorded, dropped)
+        ctx.tracing.reset()
+        ctx.tracing.disable()
+        reserved_scopes[(1,)](buf, 5, traced)  # the traced variant, switched off: nothing reserved or kept
+        assert len(ctx.tracing.events()) == 0 and ctx.tracing.dropped() == 0
+
+
+def test_reserved_slots_past_a_full_region_count_as_dropped():
+    get_pool(1).run(_reserve_overflow_body)
+
+
 def _record(event_id, cur_rank, target_rank, start):
     ident = event_id | cur_rank << schema.IDENT_CUR_RANK_SHIFT | target_rank << schema.IDENT_TARGET_SHIFT
     return [start, start + 10, 4096, 256, ident, 7, 3 | 5 << 32, 0]

@@ -173,29 +173,56 @@ def copy_alone(destination, source, count):
 
 
 @constexpr_function
-def _record_asm(slot_word, slot_shift):
-    # PTX for write_record: operands $1 counter, $2 capacity, $3 region base, $4 dropped
-    # counter, $5..$12 the record's words; word ``slot_word`` gets the slot << slot_shift.
-    words = [f"${5 + i}" for i in range(8)]
+def _record_stores_asm(first_word, slot_word, slot_shift):
+    # PTX that writes a 64-byte record at slot ``rec_slot`` of the region at ``$3`` if
+    # ``rec_room``: the eight words are operands ``$first_word`` on, word ``slot_word``
+    # with the slot << slot_shift or'd in.
+    words = [f"${first_word + i}" for i in range(8)]
     words[slot_word] = "rec_slot_word"
     stores = "".join(
         f"@rec_room st.global.v2.b64 [rec_addr+{16 * i}], {{{words[2 * i]}, {words[2 * i + 1]}}};\n\t"
         for i in range(4)
     )
     return (
-        "{\n\t.reg .pred rec_lead, rec_room, rec_full;\n\t.reg .u32 rec_tid, rec_slot;\n\t"
-        ".reg .u64 rec_wide, rec_addr, rec_slot_word;\n\t"
-        "mov.u32 rec_tid, %tid.x;\n\tsetp.eq.u32 rec_lead, rec_tid, 0;\n\tmov.u32 rec_slot, 0;\n\t"
-        "@rec_lead atom.relaxed.gpu.global.add.u32 rec_slot, [$1], 1;\n\t"
-        "setp.lt.and.u32 rec_room, rec_slot, $2, rec_lead;\n\t"
-        "setp.ge.and.u32 rec_full, rec_slot, $2, rec_lead;\n\t"
         "cvt.u64.u32 rec_wide, rec_slot;\n\t"
         "mad.lo.u64 rec_addr, rec_wide, 64, $3;\n\t"
         f"shl.b64 rec_slot_word, rec_wide, {slot_shift};\n\t"
-        f"or.b64 rec_slot_word, rec_slot_word, ${5 + slot_word};\n\t"
-        + stores
+        f"or.b64 rec_slot_word, rec_slot_word, ${first_word + slot_word};\n\t" + stores
+    )
+
+
+#: The registers and the thread-0 predicate of the record-writing PTX blocks.
+_RECORD_REGS = (
+    "{\n\t.reg .pred rec_lead, rec_room, rec_full;\n\t.reg .u32 rec_tid, rec_slot;\n\t"
+    ".reg .u64 rec_wide, rec_addr, rec_slot_word;\n\t"
+    "mov.u32 rec_tid, %tid.x;\n\tsetp.eq.u32 rec_lead, rec_tid, 0;\n\tmov.u32 rec_slot, 0;\n\t"
+)
+
+
+@constexpr_function
+def _record_asm(slot_word, slot_shift):
+    # PTX for write_record: operands $1 counter, $2 capacity, $3 region base, $4 dropped
+    # counter, $5..$12 the record's words.
+    return (
+        _RECORD_REGS + "@rec_lead atom.relaxed.gpu.global.add.u32 rec_slot, [$1], 1;\n\t"
+        "setp.lt.and.u32 rec_room, rec_slot, $2, rec_lead;\n\t"
+        "setp.ge.and.u32 rec_full, rec_slot, $2, rec_lead;\n\t"
+        + _record_stores_asm(5, slot_word, slot_shift)
         + "@rec_full red.relaxed.gpu.global.add.u32 [$4], 1;\n\t"
         "selp.b64 $0, rec_wide, -1, rec_room;\n\t}"
+    )
+
+
+@constexpr_function
+def _reserved_record_asm(slot_word, slot_shift):
+    # PTX for write_reserved_record: operands $1 first slot, $2 index, $3 region base,
+    # $4 capacity, $5 dropped counter, $6..$13 the record's words.
+    return (
+        _RECORD_REGS + "@rec_lead add.u32 rec_slot, $1, $2;\n\t"
+        "setp.lt.and.u32 rec_room, rec_slot, $4, rec_lead;\n\t"
+        "setp.ge.and.u32 rec_full, rec_slot, $4, rec_lead;\n\t"
+        + _record_stores_asm(6, slot_word, slot_shift)
+        + "@rec_full red.relaxed.gpu.global.add.u32 [$5], 1;\n\tmov.u32 $0, 0;\n\t}"
     )
 
 
@@ -221,6 +248,49 @@ def write_record(
             w0, w1, w2, w3, w4, w5, w6, w7,
         ],
         dtype=tl.int64,
+        is_pure=False,
+        pack=1,
+    )  # fmt: skip
+
+
+@triton.jit
+def reserve_slots(counter, count):
+    """Add ``count`` to ``counter`` from thread 0 and return its old value there (0 elsewhere).
+
+    Nothing here reads the reply: the atomic is issued and the program goes on until an
+    instruction uses the value (:func:`write_reserved_record`), so work between the two
+    hides the round trip to L2 that :func:`write_record` waits for.
+    """
+    return tl.inline_asm_elementwise(
+        "{\n\t.reg .pred res_lead;\n\t.reg .u32 res_tid;\n\t"
+        "mov.u32 res_tid, %tid.x;\n\tsetp.eq.u32 res_lead, res_tid, 0;\n\tmov.u32 $0, 0;\n\t"
+        "@res_lead atom.relaxed.gpu.global.add.u32 $0, [$1], $2;\n\t}",
+        "=r,l,r",
+        [counter.to(tl.int64), tl.cast(count, tl.int32)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@triton.jit
+def write_reserved_record(
+    first, index, capacity, records, dropped, w0, w1, w2, w3, w4, w5, w6, w7,
+    SLOT_WORD: tl.constexpr, SLOT_SHIFT: tl.constexpr,
+):  # fmt: skip
+    """Write a record into slot ``first + index`` (``first`` from :func:`reserve_slots`), from thread 0.
+
+    As :func:`write_record` without the claim: a slot past ``capacity`` adds 1 to
+    ``dropped`` instead.
+    """
+    tl.inline_asm_elementwise(
+        _reserved_record_asm(SLOT_WORD, SLOT_SHIFT),
+        "=r,r,r,l,r,l,l,l,l,l,l,l,l,l",
+        [
+            tl.cast(first, tl.int32), tl.cast(index, tl.int32), records.to(tl.int64), capacity.to(tl.int32),
+            dropped.to(tl.int64), w0, w1, w2, w3, w4, w5, w6, w7,
+        ],
+        dtype=tl.int32,
         is_pure=False,
         pack=1,
     )  # fmt: skip

@@ -122,8 +122,22 @@ def store_alone(pointer, value):
 
 def write_record(counter, capacity, records, dropped, *words_and_slot):
     # One program runs at a time: the claim, the record and the drop count need no care.
-    *words, slot_word, slot_shift = words_and_slot
     slot = tl.atomic_add(counter, 1, sem="relaxed", scope="gpu")
+    return _store_record(slot, capacity, records, dropped, *words_and_slot)
+
+
+def reserve_slots(counter, count):
+    return tl.atomic_add(counter, tl.cast(count, tl.int32), sem="relaxed", scope="gpu")
+
+
+def write_reserved_record(first, index, capacity, records, dropped, *words_and_slot):
+    slot = tl.cast(first, tl.int32) + tl.cast(index, tl.int32)
+    _store_record(slot, capacity, records, dropped, *words_and_slot)
+
+
+def _store_record(slot, capacity, records, dropped, *words_and_slot):
+    # The record at ``slot``, or one more dropped event past ``capacity``; the slot or -1.
+    *words, slot_word, slot_shift = words_and_slot
     if int(_values(slot).reshape(-1)[0]) >= int(_values(capacity).reshape(-1)[0]):
         tl.atomic_add(dropped, 1, sem="relaxed", scope="gpu")
         return tl.full([], -1, tl.int64)

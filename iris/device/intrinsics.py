@@ -16,6 +16,7 @@ if BACKEND == "emulated":
         load_invariant,
         opaque,
         progress,
+        reserve_slots,
         set_hang_describer,
         sleep_ns,
         sm_id,
@@ -26,6 +27,7 @@ if BACKEND == "emulated":
         timer_ns,
         wait_expired,
         write_record,
+        write_reserved_record,
     )
 else:
     from ._intrinsics_cuda import (
@@ -38,6 +40,7 @@ else:
         load_invariant,
         opaque,
         progress,
+        reserve_slots,
         set_hang_describer,
         sleep_ns,
         sm_id,
@@ -48,6 +51,7 @@ else:
         timer_ns,
         wait_expired,
         write_record,
+        write_reserved_record,
     )
 
 __all__ = [
@@ -60,6 +64,7 @@ __all__ = [
     "load_invariant",
     "opaque",
     "progress",
+    "reserve_slots",
     "set_hang_describer",
     "sleep_ns",
     "sm_id",
@@ -70,4 +75,5 @@ __all__ = [
     "timer_ns",
     "wait_expired",
     "write_record",
+    "write_reserved_record",
 ]

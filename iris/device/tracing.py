@@ -487,20 +487,9 @@ def stash(
     """
     if compiled_in(heap_bases.dtype):
         if start >= 0:
-            if stop is None:
-                ended = hw.timer_ns()
-            else:
-                ended = tl.cast(stop, tl.int64)
-            cur_rank = layout.cur_rank(heap_bases)
-            if address is None:
-                offset = tl.full([], -1, tl.int64)
-                size = tl.full([], 0, tl.int64)
-            else:
-                offset = address.to(tl.int64) - layout.heap_base(heap_bases, cur_rank)
-                size = tl.full([], blocks.element_bytes(address.type), tl.int64)
-            if nbytes is not None:
-                size = tl.cast(nbytes, tl.int64)
-            ident = _ident(event, cur_rank, target_rank, hw.sm_id(), path)
+            ended, offset, size, ident = _event_words(
+                heap_bases, event, target_rank, address, nbytes, path, stop
+            )
             tile = _tile(pid_m, pid_n)
             where = _where()
             col = tl.arange(0, RECORD_WORDS)[None, :]
@@ -515,6 +504,87 @@ def stash(
             held = tl.where(row == count, word, held)
             count = tl.minimum(count + 1, held.shape[0])
     return held, count
+
+
+@triton.jit
+def _event_words(heap_bases, event: tl.constexpr, target_rank, address, nbytes, path, stop):
+    # A stashed or reserved record's end (``stop``, default now), heap offset and bytes
+    # (``address`` None: a compute scope, offset -1 and 0 bytes; ``nbytes`` defaults to
+    # one element of ``address``) and identity word.
+    if stop is None:
+        ended = hw.timer_ns()
+    else:
+        ended = tl.cast(stop, tl.int64)
+    cur_rank = layout.cur_rank(heap_bases)
+    if address is None:
+        offset = tl.full([], -1, tl.int64)
+        size = tl.full([], 0, tl.int64)
+    else:
+        offset = address.to(tl.int64) - layout.heap_base(heap_bases, cur_rank)
+        size = tl.full([], blocks.element_bytes(address.type), tl.int64)
+    if nbytes is not None:
+        size = tl.cast(nbytes, tl.int64)
+    return ended, offset, size, _ident(event, cur_rank, target_rank, hw.sm_id(), path)
+
+
+@triton.jit
+def reserve(heap_bases, count):
+    """Claim ``count`` trace slots now for events written later (:func:`write_reserved`).
+
+    Returns the reservation, ``(first slot, region)``.
+
+    Thread 0 issues the claim's atomic and nothing waits for its reply until the first
+    write, so work between the two (a tile's push) hides the round trip to L2 that
+    :func:`end` waits for at each event. Write every slot reserved, each once: a slot
+    left unwritten holds what the buffer held before. Nothing when compiled out or
+    when ``count`` is 0.
+
+    Example:
+        >>> start = tracing.begin(heap_bases)
+        >>> reservation = tracing.reserve(heap_bases, (start >= 0).to(tl.int32))
+        >>> push_tile(...)
+        >>> tracing.write_reserved(heap_bases, reservation, 0, start, tracing.STORE, peer, first, nbytes)
+    """
+    first = tl.zeros([], tl.int32)
+    region = tl.zeros([], tl.int32)
+    if compiled_in(heap_bases.dtype):
+        if count > 0:
+            _, region, _, counters, _, _ = _region_buffers(layout.tracing_slots(heap_bases))
+            first = hw.reserve_slots(counters + region * COUNTER_STRIDE, count)
+    return first, region
+
+
+@triton.jit
+def write_reserved(
+    heap_bases, reservation, index, start, event: tl.constexpr, target_rank, address=None, nbytes=None,
+    value=0, pid_m=-1, pid_n=-1, path=0, stop=None,
+):  # fmt: skip
+    """Write an event that began at ``start`` into slot ``index`` of a :func:`reserve` reservation.
+
+    The record is the one :func:`stash` keeps (``address``, ``nbytes``, ``stop`` alike);
+    a slot past the region's end counts as dropped. Nothing when compiled out or when
+    ``start`` is -1 (reserve no slot for such an event).
+
+    Example:
+        >>> tracing.write_reserved(heap_bases, reservation, 1, began, tracing.WAIT_UNTIL, rank, flag,
+        ...                        value=seen, stop=ended)
+    """
+    if compiled_in(heap_bases.dtype):
+        if start >= 0:
+            ended, offset, size, ident = _event_words(
+                heap_bases, event, target_rank, address, nbytes, path, stop
+            )
+            first, region = reservation
+            slots = layout.tracing_slots(heap_bases)
+            capacity = tl.load(slots + SLOT_REGION_CAPACITY)
+            dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))
+            records = tl.load(slots + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
+            hw.write_reserved_record(
+                first, index, capacity, records + region.to(tl.int64) * capacity * RECORD_WORDS,
+                dropped + region * COUNTER_STRIDE, tl.cast(start, tl.int64), ended, offset, size,
+                ident, _where(), _tile(pid_m, pid_n),
+                tl.cast(value, tl.int64), _W_WHERE, _OP_INDEX_SHIFT,
+            )  # fmt: skip
 
 
 @triton.jit

@@ -95,6 +95,7 @@ def push_tile(
     cur_rank,
     world_size,
     heap_bases,
+    before,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     COMM_ROWS: tl.constexpr,
@@ -103,17 +104,27 @@ def push_tile(
 
     Rows go ``COMM_ROWS`` at a time: one load, then a store per peer, so a whole tile
     never has to sit in registers. Traced, the tile's push to each peer is one store
-    event (:func:`iris.device.tracing.record_block`), not one per step: each event
-    costs the pushing program a slot claim that waits behind its stores, which with
-    dedicated pushers made a traced call up to 60% slower. Within one node the push
-    writes one record for all its peers (``tracing.EVERY_PEER``), which the reader
-    expands: the steps interleave the peers, so each peer's store spans the same time.
+    event, not one per step. Within one node the push is one event for all its peers
+    (``tracing.EVERY_PEER``), which the reader expands: the steps interleave the peers,
+    so each peer's store spans the same time. The push reserves its trace slots before
+    it starts (:func:`iris.device.tracing.reserve`) and writes them after, so no slot
+    claim's round trip waits behind its stores (a claim per event made traced calls with
+    dedicated pushers up to 60% slower). ``before`` more slots are reserved ahead of the
+    push's own, for the caller's events (the wait that let the tile through); the
+    reservation is returned for it to write them (slots ``0 .. before - 1``).
 
     Example:
-        >>> push_tile(out_block, pid_m, pid_n, M, N, N, 1, rank, world, heap_bases, 128, 256, 32)
+        >>> reservation = push_tile(out_block, pid_m, pid_n, M, N, N, 1, rank, world, heap_bases, 0,
+        ...                         128, 256, 32)
     """
     start = tracing.begin(heap_bases)
     plain = tracing.untraced(heap_bases)
+    traced = (start >= 0) & (world_size > 1)
+    if crossnode.SCALE_OUT:
+        pushed = tl.where(traced, world_size - 1, 0)  # a record per peer: each names its path
+    else:
+        pushed = traced.to(tl.int32)
+    reservation = tracing.reserve(heap_bases, before + pushed)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     for r0 in range(0, BLOCK_M, COMM_ROWS):
         rm = pid_m * BLOCK_M + r0 + tl.arange(0, COMM_ROWS)
@@ -124,23 +135,25 @@ def push_tile(
         for i in range(1, world_size):
             peer = (cur_rank + i) % world_size
             rma.store(out_block + offsets, values, cur_rank, peer, plain, mask=mask)
-    if (start >= 0) & (world_size > 1):
+    if traced:
         first = out_block + pid_m * BLOCK_M * stride_m + pid_n * BLOCK_N * stride_n
         tile_rows = tl.minimum(rows - pid_m * BLOCK_M, BLOCK_M)
         tile_cols = tl.minimum(cols - pid_n * BLOCK_N, BLOCK_N)
         nbytes = tile_rows.to(tl.int64) * tile_cols * blocks.element_bytes(out_block.type)
         if crossnode.SCALE_OUT:
-            # Peers on other nodes take another path, which each record names.
             for i in range(1, world_size):
                 peer = (cur_rank + i) % world_size
                 path = rma.path_between(heap_bases, cur_rank, peer)
-                tracing.record_block(
-                    heap_bases, start, tracing.STORE, peer, first, nbytes, pid_m, pid_n, path
-                )
+                tracing.write_reserved(
+                    heap_bases, reservation, before + i - 1, start, tracing.STORE, peer, first, nbytes, 0,
+                    pid_m, pid_n, path,
+                )  # fmt: skip
         else:
-            tracing.record_block(
-                heap_bases, start, tracing.STORE, tracing.EVERY_PEER, first, nbytes, pid_m, pid_n
-            )
+            tracing.write_reserved(
+                heap_bases, reservation, before, start, tracing.STORE, tracing.EVERY_PEER, first, nbytes, 0,
+                pid_m, pid_n,
+            )  # fmt: skip
+    return reservation
 
 
 @triton.jit
@@ -183,6 +196,7 @@ def all_scatter_kernel(
             cur_rank,
             world_size,
             heap_bases,
+            0,
             BLOCK_M,
             BLOCK_N,
             COMM_ROWS,
@@ -297,26 +311,31 @@ def push_unit(
     cur_rank,
     world_size,
     heap_bases,
+    before,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     COMM_ROWS: tl.constexpr,
 ):
     """:func:`push_tile` for tile ``(pid_m, pid_n)`` whole (``half < 0``) or its half ``half`` only.
 
+    Returns push_tile's trace reservation (``before`` slots ahead of the push's own).
+
     Example:
         >>> pid_m, pid_n, half = unit_coords(unit, split_from, num_pid_m, num_pid_n, 8)
-        >>> push_unit(block, pid_m, pid_n, half, M, N, N, 1, rank, world, heap_bases, 128, 256, 16)
+        >>> reservation = push_unit(block, pid_m, pid_n, half, M, N, N, 1, rank, world, heap_bases, 1,
+        ...                         128, 256, 16)
     """
     if half < 0:
-        push_tile(
-            out_block, pid_m, pid_n, M, N, stride_cm, stride_cn, cur_rank, world_size, heap_bases,
+        reservation = push_tile(
+            out_block, pid_m, pid_n, M, N, stride_cm, stride_cn, cur_rank, world_size, heap_bases, before,
             BLOCK_M, BLOCK_N, COMM_ROWS,
         )  # fmt: skip
     else:
-        push_tile(
+        reservation = push_tile(
             out_block, pid_m, 2 * pid_n + half, M, N, stride_cm, stride_cn, cur_rank, world_size, heap_bases,
-            BLOCK_M, BLOCK_N // 2, COMM_ROWS,
+            before, BLOCK_M, BLOCK_N // 2, COMM_ROWS,
         )  # fmt: skip
+    return reservation
 
 
 @triton.jit
@@ -341,14 +360,15 @@ def wait_for_unit(flags, unit, computed, heap_bases, pid_m, pid_n, BACKOFF_NS: t
 
     ``began`` and ``ended`` are the wait's times (-1 when nothing is recorded) and
     ``seen`` the flag it saw. The wait is recorded after the push it lets through, not
-    here: a record claims its trace slot with an atomic whose reply the program waits
-    for, and claimed here it would hold back every push behind a wait (traced
-    ``producer_consumer`` calls at 16384 x 8192 x 8192 were 2-4% slower; docs/tracing.md, "Cost").
+    here: a record written here would claim its trace slot with an atomic whose reply
+    the program waits for, holding back every push behind a wait (traced
+    ``producer_consumer`` calls at 16384 x 8192 x 8192 were 2-4% slower; docs/tracing.md,
+    "Cost"). Its slot is reserved with the push's (:func:`push_unit`'s ``before``).
 
     Example:
         >>> began, ended, seen = wait_for_unit(flags, unit, 2 * epoch - 1, heap_bases, pid_m, pid_n)
-        >>> push_unit(block, pid_m, pid_n, half, ...)
-        >>> record_unit_wait(heap_bases, began, ended, seen, flags, unit, rank, pid_m, pid_n)
+        >>> reservation = push_unit(block, pid_m, pid_n, half, ..., heap_bases, waited(began), ...)
+        >>> record_unit_wait(heap_bases, reservation, began, ended, seen, flags, unit, rank, pid_m, pid_n)
     """
     began = tracing.begin(heap_bases)
     seen = rma.wait_until(
@@ -365,15 +385,28 @@ def _no_wait(computed):
 
 
 @triton.jit
-def record_unit_wait(heap_bases, began, ended, seen, flags, unit, cur_rank, pid_m=-1, pid_n=-1):
-    """Record the wait on this rank's flag that :func:`wait_for_unit` timed (nothing when ``began`` is -1).
+def waited(began):
+    """Trace slots a wait timed by :func:`wait_for_unit` needs: 1, or 0 when it is not recorded.
 
     Example:
-        >>> record_unit_wait(heap_bases, began, ended, seen, flags, unit, rank, pid_m, pid_n)
+        >>> reservation = tracing.reserve(heap_bases, waited(began))
     """
-    tracing.end(
-        heap_bases, began, tracing.WAIT_UNTIL, cur_rank, flags + unit, None, seen, pid_m, pid_n, stop=ended
-    )
+    return (began >= 0).to(tl.int32)
+
+
+@triton.jit
+def record_unit_wait(heap_bases, reservation, began, ended, seen, flags, unit, cur_rank, pid_m, pid_n):
+    """Write the wait on this rank's flag that :func:`wait_for_unit` timed into slot 0 of ``reservation``.
+
+    Nothing when ``began`` is -1 (then :func:`waited` reserved no slot for it).
+
+    Example:
+        >>> record_unit_wait(heap_bases, reservation, began, ended, seen, flags, unit, rank, pid_m, pid_n)
+    """
+    tracing.write_reserved(
+        heap_bases, reservation, 0, began, tracing.WAIT_UNTIL, cur_rank, flags + unit, None, seen, pid_m,
+        pid_n, stop=ended,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -422,11 +455,13 @@ def push_claimed_tiles(
                 flags, unit, computed, heap_bases, pid_m, pid_n, BACKOFF_NS
             )
         if claim_tile(flags, unit, computed):
-            push_unit(
+            reservation = push_unit(
                 out_block, pid_m, pid_n, half, M, N, stride_cm, stride_cn, cur_rank, world_size, heap_bases,
-                BLOCK_M, BLOCK_N, COMM_ROWS,
+                waited(began), BLOCK_M, BLOCK_N, COMM_ROWS,
             )  # fmt: skip
-        record_unit_wait(heap_bases, began, ended, observed, flags, unit, cur_rank, pid_m, pid_n)
+        else:
+            reservation = tracing.reserve(heap_bases, waited(began))
+        record_unit_wait(heap_bases, reservation, began, ended, observed, flags, unit, cur_rank, pid_m, pid_n)
         unit = tl.atomic_add(tickets, 1, sem="relaxed", scope="gpu")
 
 
@@ -469,11 +504,15 @@ def sweep_passed_tiles(
                 pid_m, pid_n, half = unit_coords(unit, split_from, num_pid_m, num_pid_n, GROUP_M)
                 began, ended, observed = wait_for_unit(flags, unit, computed, heap_bases, pid_m, pid_n)
                 if claim_tile(flags, unit, computed):
-                    push_unit(
+                    reservation = push_unit(
                         out_block, pid_m, pid_n, half, M, N, stride_cm, stride_cn, cur_rank, world_size,
-                        heap_bases, BLOCK_M, BLOCK_N, COMM_ROWS,
+                        heap_bases, waited(began), BLOCK_M, BLOCK_N, COMM_ROWS,
                     )  # fmt: skip
-                record_unit_wait(heap_bases, began, ended, observed, flags, unit, cur_rank, pid_m, pid_n)
+                else:
+                    reservation = tracing.reserve(heap_bases, waited(began))
+                record_unit_wait(
+                    heap_bases, reservation, began, ended, observed, flags, unit, cur_rank, pid_m, pid_n
+                )
 
 
 @triton.jit

@@ -244,12 +244,12 @@ def test_one_rank_is_a_plain_gemm(world):
     assert world.run(_single_rank_body)[0] < 1e-2
 
 
-def _traced_body(rank, world_size):
+def _traced_body(rank, world_size, variant="workgroup_specialized"):
     with iris.iris(1 << 24) as ctx:
         a, b = _inputs(ctx, rank, (M, K), (K, N), torch.bfloat16, 0)
         out = ctx.empty(M, world_size * N, dtype=torch.bfloat16)
         ctx.tracing.enable(max_events=1 << 14)
-        ctx.ops.matmul_all_gather(out, a, b, dim=1, config=_config("workgroup_specialized"))
+        ctx.ops.matmul_all_gather(out, a, b, dim=1, config=_config(variant))
         ctx.barrier()
         events, dropped = ctx.tracing.events(), ctx.tracing.dropped()
         ctx.tracing.disable()
@@ -282,6 +282,20 @@ def test_traced_tile_waits_end_before_the_push_they_let_through(multi_world):
             assert wait["start_ns"] <= wait["end_ns"] <= same["start_ns"].min(initial=wait["end_ns"])
             pairs += len(same) > 0
         assert pairs > 0
+
+
+@pytest.mark.parametrize("variant", ["workgroup_specialized", "fused_sequential"])
+def test_traced_entry_waits_are_one_per_peer_per_pushing_program(multi_world, variant):
+    # Each program that pushes waits once for every peer to enter the call (a wait on the
+    # peer's word of this rank's entry flags), fused_sequential after its first tile only.
+    peers = multi_world.world_size - 1
+    for rank, (events, dropped) in enumerate(multi_world.run(_traced_body, variant)):
+        entry_waits = events[(events["event_id"] == schema.WAIT_UNTIL) & (events["pid_m"] < 0)]
+        assert dropped == 0 and len(entry_waits) > 0
+        assert (entry_waits["target_rank"] == rank).all() and (entry_waits["value"] >= 1).all()
+        for pid in set(entry_waits["pid"].tolist()):
+            mine = entry_waits[entry_waits["pid"] == pid]
+            assert len(mine) == peers and len(set(mine["address"].tolist())) == peers
 
 
 def _errors_body(rank, world_size):

@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from ..device import rma
-from ..device.barrier import arrive, wait_arrivals
+from ..device.barrier import arrive, sync_row, wait_arrivals
 
 __all__ = [
     "arrive", "wait_arrivals", "sync_row", "handshake", "push_tile", "combine", "accumulator", "reduce_tile",
@@ -97,18 +97,6 @@ def release_lock(lock, cur_rank, owner, heap_bases):
         >>> ccl.release_lock(lock, cur_rank, peer, heap_bases)
     """
     rma.signal(lock, _FREE, cur_rank, owner, heap_bases, op="set")
-
-
-@triton.jit
-def sync_row(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
-    """:func:`arrive` then :func:`wait_arrivals`: a barrier of program ``pid`` across the group.
-
-    Example:
-        >>> epoch = ccl.sync_row(ready_row, cur_rank, ranks, GROUP, heap_bases)
-    """
-    epoch = arrive(row, cur_rank, ranks, GROUP, heap_bases)
-    wait_arrivals(row, epoch, cur_rank, ranks, GROUP, heap_bases)
-    return epoch
 
 
 @triton.jit

@@ -74,13 +74,24 @@ def announce_entry(entry, epoch, cur_rank, world_size, heap_bases):
 def wait_for_peers(entry, epoch, cur_rank, world_size, heap_bases):
     """Wait until every peer has entered call ``epoch`` (see :func:`announce_entry`).
 
+    Traced, the waits' slots are reserved before the first (:func:`iris.device.tracing.reserve`)
+    and each is written as its wait ends, so no record waits for a slot claim's reply
+    while the waits have something to wait for.
+
     Example:
         >>> wait_for_peers(entry, epoch, rank, world, heap_bases)
         >>> iris.store(out + offs, tile, rank, peer, heap_bases)
     """
+    recording = tracing.begin(heap_bases) >= 0
+    reservation = tracing.reserve(heap_bases, tl.where(recording, world_size - 1, 0))
+    plain = tracing.untraced(heap_bases)
     for i in range(1, world_size):
         peer = (cur_rank + i) % world_size
-        rma.wait_until(entry + peer, "ge", epoch, heap_bases=heap_bases)
+        began = tracing.begin(heap_bases)
+        seen = rma.wait_until(entry + peer, "ge", epoch, heap_bases=plain)
+        tracing.write_reserved(
+            heap_bases, reservation, i - 1, began, tracing.WAIT_UNTIL, cur_rank, entry + peer, value=seen
+        )
 
 
 @triton.jit
@@ -262,9 +273,10 @@ def fused_sequential_kernel(
         tile = acc.to(out_block.dtype.element_ty)
         offsets, mask = tile_offsets(pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
         tl.store(out_block + offsets, tile, mask=mask)
-        # Satisfied at once after the first tile; waiting here, not before the loop,
-        # lets the first tile's GEMM hide the handshake.
-        wait_for_peers(entry, epoch, cur_rank, world_size, heap_bases)
+        # Waiting after the first tile, not before the loop, lets its GEMM hide the
+        # handshake; the peers stay entered for the rest of the call.
+        if tile_id == tl.program_id(0):
+            wait_for_peers(entry, epoch, cur_rank, world_size, heap_bases)
         for i in range(1, world_size):
             peer = (cur_rank + i) % world_size
             rma.store(

@@ -87,12 +87,16 @@ class Tracing:
     def reset(self) -> None:
         """Forget the events recorded so far on this rank.
 
+        The records are cleared too: a slot reserved for an op that never ends (a wait
+        that timed out) then reads as unwritten, not as an event from before the reset.
+
         Example:
             >>> ctx.tracing.reset()
         """
         if self._counters is not None:
             self._counters.zero_()
             self._dropped.zero_()
+            self._records.zero_()
 
     def name_scope(self, scope: int, name: str) -> None:
         """Name the compute scope ``scope`` of :func:`iris.trace_end` in traces and reports.

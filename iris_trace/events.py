@@ -94,8 +94,10 @@ def decode_records(
 ) -> np.ndarray:
     """Decode the valid records of every buffer region, sorted by start time.
 
-    A record for every peer (target ``EVERY_PEER``) becomes ``world_size - 1`` events,
-    one to each other rank, starting with the next one (``cur_rank + 1``).
+    A slot that was claimed but never written (its end time 0: a slot reserved for an op
+    that never ended, such as a wait that timed out) is not an event. A record for every
+    peer (target ``EVERY_PEER``) becomes ``world_size - 1`` events, one to each other
+    rank, starting with the next one (``cur_rank + 1``).
 
     Args:
         records: int64 array of ``regions * capacity * 8`` words.
@@ -111,7 +113,7 @@ def decode_records(
     """
     counts = np.minimum(np.asarray(counts, dtype=np.int64), capacity)
     words = np.asarray(records, dtype=np.int64).reshape(len(counts), capacity, RECORD_WORDS)
-    valid = np.arange(capacity)[None, :] < counts[:, None]
+    valid = (np.arange(capacity)[None, :] < counts[:, None]) & (words[:, :, W_END] != 0)
     raw = _every_peer_expanded(words[valid], world_size)
     events = np.empty(len(raw), dtype=EVENT_DTYPE)
     ident, where, tile = raw[:, W_IDENT], raw[:, W_WHERE], raw[:, W_TILE]

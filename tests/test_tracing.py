@@ -372,6 +372,14 @@ def test_a_record_for_every_peer_decodes_into_one_event_per_peer():
     assert events[events["event_id"] == ID["signal"]]["target_rank"].tolist() == [1]
 
 
+def test_a_slot_claimed_but_never_written_is_not_an_event():
+    # A reservation whose op never ended (a wait that timed out) leaves its slot as reset left it.
+    unwritten = [0] * schema.RECORD_WORDS
+    records = np.array([_record(ID["signal"], 0, 1, 50), unwritten, _record(ID["wait_until"], 0, 1, 60)])
+    events = decode_records(records.ravel(), np.array([3]), capacity=3)
+    assert events["start_ns"].tolist() == [50, 60]
+
+
 def test_a_record_for_every_peer_needs_the_world_size():
     records = np.array([_record(ID["store"], 0, schema.EVERY_PEER, 100)])
     with pytest.raises(ValueError, match="world_size"):

@@ -536,8 +536,8 @@ def reserve(heap_bases, count):
     Thread 0 issues the claim's atomic and nothing waits for its reply until the first
     write, so work between the two (a tile's push) hides the round trip to L2 that
     :func:`end` waits for at each event. Write every slot reserved, each once: a slot
-    left unwritten holds what the buffer held before. Nothing when compiled out or
-    when ``count`` is 0.
+    left unwritten (an op that never ended) is not read as an event. Nothing when
+    compiled out or when ``count`` is 0.
 
     Example:
         >>> start = tracing.begin(heap_bases)

@@ -29,14 +29,6 @@ from . import rma, tracing
 
 
 @triton.jit
-def _reserve_records(heap_bases, GROUP: tl.constexpr, HALVES: tl.constexpr):
-    # The trace slots of HALVES barrier halves, a record per other member each (none
-    # when tracing is compiled out or switched off).
-    recording = tracing.begin(heap_bases) >= 0
-    return tracing.reserve(heap_bases, tl.where(recording, HALVES * (GROUP - 1), 0))
-
-
-@triton.jit
 def arrive(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases):
     """Count this program's arrival at ``row[cur_rank]`` on every member; returns the epoch.
 
@@ -62,7 +54,7 @@ def _arrive(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases, HALVES: tl.co
     # Only this rank ever writes its own slot on its own heap, so a plain
     # read-increment-write is enough there; peers get a remote add.
     epoch = tl.load(row + cur_rank, volatile=True) + 1
-    first, region = _reserve_records(heap_bases, GROUP, HALVES)
+    first, region = tracing.reserve_if_recording(heap_bases, HALVES * (GROUP - 1))
     # Every warp reads the old count before one thread writes the new one; a warp
     # reading late would otherwise wait for an epoch that never comes.
     tl.debug_barrier()
@@ -106,7 +98,7 @@ def wait_arrivals(
         >>> wait_arrivals(flags + pid * world_size, epoch, cur_rank, ranks, GROUP, heap_bases)
     """
     if reservation is None:
-        reservation = _reserve_records(heap_bases, GROUP, 1)
+        reservation = tracing.reserve_if_recording(heap_bases, GROUP - 1)
     plain = tracing.untraced(heap_bases)
     index = tl.zeros([], tl.int32)  # the next slot of the reservation
     for i in tl.static_range(GROUP):

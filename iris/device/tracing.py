@@ -555,6 +555,25 @@ def reserve(heap_bases, count):
 
 
 @triton.jit
+def reserve_if_recording(heap_bases, count):
+    """:func:`reserve` ``count`` slots while events are recorded; none while tracing is switched off.
+
+    For a caller that will write ``count`` records, each from a :func:`begin` that is
+    -1 exactly when tracing is off, so every slot reserved is written.
+
+    Example:
+        >>> reservation = tracing.reserve_if_recording(heap_bases, world_size - 1)
+        >>> for i in range(1, world_size):
+        >>>     began = tracing.begin(heap_bases)
+        >>>     seen = iris.wait_until(flags + i, "ge", epoch, heap_bases=tracing.untraced(heap_bases))
+        >>>     tracing.write_reserved(heap_bases, reservation, i - 1, began, tracing.WAIT_UNTIL, rank,
+        ...                            flags + i, value=seen)
+    """
+    recording = begin(heap_bases) >= 0
+    return reserve(heap_bases, tl.where(recording, count, 0))
+
+
+@triton.jit
 def write_reserved(
     heap_bases, reservation, index, start, event: tl.constexpr, target_rank, address=None, nbytes=None,
     value=0, pid_m=-1, pid_n=-1, path=0, stop=None,

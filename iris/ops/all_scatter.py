@@ -82,8 +82,7 @@ def wait_for_peers(entry, epoch, cur_rank, world_size, heap_bases):
         >>> wait_for_peers(entry, epoch, rank, world, heap_bases)
         >>> iris.store(out + offs, tile, rank, peer, heap_bases)
     """
-    recording = tracing.begin(heap_bases) >= 0
-    reservation = tracing.reserve(heap_bases, tl.where(recording, world_size - 1, 0))
+    reservation = tracing.reserve_if_recording(heap_bases, world_size - 1)
     plain = tracing.untraced(heap_bases)
     for i in range(1, world_size):
         peer = (cur_rank + i) % world_size

@@ -110,11 +110,12 @@ def test_all_reduce_auto_matches_dist_all_reduce(world):
 def _one_shot_rounds_body(rank, world_size):
     # Small calls are staged (two halves used by turns, inputs anywhere); 10000 fp32 is
     # past this 1 MiB heap's staging half (16 KiB) and runs with a done phase instead.
+    staged, past_half = 3000, 10000
     with iris.iris(1 << 20) as ctx:
-        ok = [3000 * 4 <= ctx.ccl._runtime._staging_capacity() < 10000 * 4]
-        for round_, n in enumerate([64, 3000, 64, 10000, 3000, 1, 64]):
+        ok = [staged * 4 <= ctx.ccl._runtime._staging_capacity() < past_half * 4]
+        for round_, n in enumerate([64, staged, 64, past_half, staged, 1, 64]):
             inp = torch.randn(n, generator=torch.Generator().manual_seed(rank * 100 + round_)).to(ctx.device)
-            if n == 10000:
+            if n == past_half:
                 inp = ctx.zeros(n).copy_(inp)  # past the staging half: one-shot reads it in place
             out = torch.full((n,), float("nan"), device=ctx.device)
             ctx.ccl.all_reduce(

@@ -1,6 +1,9 @@
-"""The user docs' links lead somewhere: every relative link names a file of the repository,
-and every ``#anchor`` into a Markdown page names one of its headings."""
+"""The user docs hold: every relative link names a file of the repository, every
+``#anchor`` into a Markdown page names one of its headings, and the fused ops' table of
+record is the one its results files print."""
 
+import importlib.util
+import json
 import pathlib
 import re
 
@@ -37,3 +40,15 @@ def _broken_links(page: pathlib.Path) -> list[str]:
 def test_every_relative_link_of_the_docs_resolves():
     broken = {page.relative_to(ROOT).as_posix(): _broken_links(page) for page in PAGES}
     assert not {page: links for page, links in broken.items() if links}
+
+
+def test_the_fused_ops_table_of_record_is_the_one_its_results_files_print():
+    spec = importlib.util.spec_from_file_location("records_table", ROOT / "scripts/records_table.py")
+    records_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(records_table)
+    runs = {}
+    for machine in records_table.MACHINES:
+        runs[machine] = json.loads((ROOT / f"benchmarks/results/fused_ops_{machine}.json").read_text())
+    page = (ROOT / "docs/fused.md").read_text()
+    assert records_table.table(runs) in page, "re-run `python scripts/records_table.py` and paste its table"
+    assert records_table.goals(runs) in page, "re-run `python scripts/records_table.py` and paste its goals"

@@ -34,6 +34,8 @@ from .flight import FlightRecorder
 
 #: Seconds between two looks of the watchdog at the timeout reports.
 POLL_SECONDS = 0.1
+#: Seconds a second dump for the same reason waits for the first one's report to be printed.
+_DUMP_WAIT_S = 20.0
 
 
 class WaitTimeoutError(RuntimeError):
@@ -62,7 +64,8 @@ class Hang:
         self._ctx = ctx
         self.recorder = FlightRecorder(ctx)
         self._reported = False
-        self._dumped: set[str] = set()
+        #: Each reason's dump so far: its thread and an event set once its report is out.
+        self._dumped: dict[str, tuple[int, threading.Event]] = {}
         self._lock = threading.Lock()
         ctx._comm.describe_peers = self.describe_peers
         hw.set_hang_describer(_describe_latest)
@@ -162,18 +165,30 @@ class Hang:
             '/dev/shm/iris-hang-3f2a...-rank0.bin'
         """
         with self._lock:
-            if reason in self._dumped and reason != "request":
-                return fmt.dump_path(self.recorder.directory, self.recorder.session, self._ctx.cur_rank)
-            self._dumped.add(reason)
-            path = self.recorder.dump()
+            earlier = self._dumped.get(reason) if reason != "request" else None
+            if earlier is None:
+                done = threading.Event()
+                self._dumped[reason] = (threading.get_ident(), done)
+                path = self.recorder.dump()
+        if earlier is not None:
+            # A signal reaches both the main thread's handler and the watchdog thread, and
+            # the one that dumps second goes on to end the process: it must not do so while
+            # the first is still printing the report (unless it is the first, interrupted).
+            dumper, done = earlier
+            if dumper != threading.get_ident():
+                done.wait(_DUMP_WAIT_S)
+            return fmt.dump_path(self.recorder.directory, self.recorder.session, self._ctx.cur_rank)
         try:
-            text = self.report().format()
-        except Exception as error:  # noqa: BLE001
-            text = f"(no report: {error!r})"
-        sys.stderr.write(
-            f"[iris] rank {self._ctx.cur_rank}: flight recorder dumped to {path} ({reason})\n{text}\n"
-        )
-        sys.stderr.flush()
+            try:
+                text = self.report().format()
+            except Exception as error:  # noqa: BLE001
+                text = f"(no report: {error!r})"
+            sys.stderr.write(
+                f"[iris] rank {self._ctx.cur_rank}: flight recorder dumped to {path} ({reason})\n{text}\n"
+            )
+            sys.stderr.flush()
+        finally:
+            done.set()
         return path
 
     # ------------------------------------------------------------------ watchdog and lifetime
@@ -188,7 +203,7 @@ class Hang:
     def _clear_report(self) -> None:
         with self._lock:
             self.recorder.clear_report()
-            self._dumped.discard("timeout")
+            self._dumped.pop("timeout", None)
             self._reported = False
 
     def close(self) -> None:

@@ -5,6 +5,7 @@ hang directory. On GPUs a timed-out wait traps, which ends the rank's CUDA conte
 so those pools are discarded after each test.
 """
 
+import io
 import os
 import re
 import signal
@@ -12,13 +13,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 
 import pytest
 import torch
 import triton
 import triton.language as tl
-from conftest import small_world_pool
+from conftest import get_pool, small_world_pool
 from harness import RankError
 
 import iris
@@ -291,6 +293,41 @@ def _timeout_setting_body(rank, world_size):
 
 def test_wait_timeout_is_settable(world):
     world.run(_timeout_setting_body)
+
+
+def _dumps_for_one_reason_body(rank, world_size, report_s):
+    # Two threads dump for the same reason, as a signal's handler and the watchdog do; the
+    # second returns the dump's path without printing, but only once the first has printed.
+    with iris.iris(1 << 20) as ctx:
+        report = ctx.hang.report
+
+        def slow_report():
+            time.sleep(report_s)
+            return report()
+
+        ctx.hang.report = slow_report
+        stderr, sys.stderr = sys.stderr, io.StringIO()
+        try:
+            first = threading.Thread(target=ctx.hang.dump, args=("planted",))
+            first.start()
+            while "planted" not in ctx.hang._dumped:
+                time.sleep(0.001)
+            started = time.monotonic()
+            ctx.hang.dump("planted")
+            waited = time.monotonic() - started
+            printed = sys.stderr.getvalue()
+            first.join()
+        finally:
+            sys.stderr = stderr
+    return waited, printed.count("flight recorder dumped")
+
+
+def test_a_second_dump_for_the_same_reason_returns_once_the_first_has_printed():
+    # A SIGTERM once ended a process with nothing printed: the main thread's handler found
+    # the watchdog's dump under way, returned at once and killed the process mid-report.
+    [(waited, dumps)] = get_pool(1).run(_dumps_for_one_reason_body, 0.5)
+    assert dumps == 1
+    assert waited > 0.3
 
 
 SIGTERM_SCRIPT = textwrap.dedent(

@@ -405,7 +405,7 @@ def _write(
         & (_W_TILE == 6) & (_W_VALUE == 7),
         "hw.write_record takes the record's words in iris_trace.schema's order",
     )  # fmt: skip
-    region_records = records + region.to(tl.int64) * capacity * RECORD_WORDS
+    region_records = _region_records(records, region, capacity)
     slot = hw.write_record(
         counters + region * COUNTER_STRIDE, capacity, region_records, dropped + region * COUNTER_STRIDE,
         tl.cast(start, tl.int64), tl.cast(stop, tl.int64), tl.cast(offset, tl.int64),
@@ -427,9 +427,22 @@ def _region_buffers(slots, stop=None):
         stop = hw.timer_ns()
     region = _region(sm, stop, tl.load(slots + SLOT_NUM_REGIONS))
     counters = tl.load(slots + SLOT_COUNTERS).to(tl.pointer_type(tl.int32))
+    dropped, records = _dropped_and_records(slots)
+    return sm, region, capacity, counters, dropped, records
+
+
+@triton.jit
+def _dropped_and_records(slots):
+    # The buffers' dropped counts (int32, ``COUNTER_STRIDE`` apart) and records (int64).
     dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))
     records = tl.load(slots + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
-    return sm, region, capacity, counters, dropped, records
+    return dropped, records
+
+
+@triton.jit
+def _region_records(records, region, capacity):
+    # The first record of buffer region ``region`` (``capacity`` records each).
+    return records + region.to(tl.int64) * capacity * RECORD_WORDS
 
 
 @triton.jit
@@ -596,10 +609,9 @@ def write_reserved(
             first, region = reservation
             slots = layout.tracing_slots(heap_bases)
             capacity = tl.load(slots + SLOT_REGION_CAPACITY)
-            dropped = tl.load(slots + SLOT_DROPPED).to(tl.pointer_type(tl.int32))
-            records = tl.load(slots + SLOT_RECORDS).to(tl.pointer_type(tl.int64))
+            dropped, records = _dropped_and_records(slots)
             hw.write_reserved_record(
-                first, index, capacity, records + region.to(tl.int64) * capacity * RECORD_WORDS,
+                first, index, capacity, _region_records(records, region, capacity),
                 dropped + region * COUNTER_STRIDE, tl.cast(start, tl.int64), ended, offset, size,
                 ident, _where(), _tile(pid_m, pid_n),
                 tl.cast(value, tl.int64), _W_WHERE, _OP_INDEX_SHIFT,
@@ -642,9 +654,11 @@ def stash_write(heap_bases, held, count):
             col = tl.arange(0, RECORD_WORDS)[None, :]
             slot = first.to(tl.int64) + row
             words = tl.where(col == _W_WHERE, held | (slot << _OP_INDEX_SHIFT), held)
-            region_records = records + region.to(tl.int64) * capacity * RECORD_WORDS
+            region_records = _region_records(records, region, capacity)
             tl.store(
-                region_records + slot * RECORD_WORDS + col, words, mask=(row < count) & (slot < capacity)
+                region_records + slot * RECORD_WORDS + col,
+                words,
+                mask=(row < count) & (slot < capacity),
             )
             room = tl.minimum(tl.maximum(capacity - first, 0), count)
             if room < count:

@@ -169,7 +169,11 @@ class Hang:
             if earlier is None:
                 done = threading.Event()
                 self._dumped[reason] = (threading.get_ident(), done)
-                path = self.recorder.dump()
+                try:
+                    path = self.recorder.dump()
+                except BaseException:
+                    done.set()  # nothing will be printed: nobody waits for it
+                    raise
         if earlier is not None:
             # A signal reaches both the main thread's handler and the watchdog thread, and
             # the one that dumps second goes on to end the process: it must not do so while

@@ -3,8 +3,8 @@
 Each ``benchmarks/results/fused_ops_<machine>.json`` is one run of ``benchmarks/fused_ops.py``
 at its default shapes. This prints one Markdown row per op and shape with, for every
 machine, the style ``auto`` picked and its speedup over cuBLAS + NCCL, and the fastest
-style of the same run where that was another one; then each run's goals as the
-benchmark judged them. Pasting its output keeps the doc's numbers those of the files.
+style of the same run where that was another one; then each run against the goals,
+computed from its results. Pasting its output keeps the doc's numbers those of the files.
 
     python scripts/records_table.py [benchmarks/results/fused_ops_h200x4.json ...]
 """
@@ -44,11 +44,10 @@ def cell(result: dict) -> str:
         >>> cell(run["results"][0])
         'producer_consumer 1.48x'
     """
-    speedups = {k: v for k, v in result["speedup"].items() if k != "auto"}
-    best = max(speedups, key=speedups.get)
+    best, fastest = _fastest(result)
     text = f"{_style(result)} {result['speedup']['auto']:.2f}x"
-    if _fastest(result) >= result["speedup"]["auto"] * (1 + SHOWN_GAP):
-        text += f" (best: {best} {speedups[best]:.2f}x)"
+    if fastest >= result["speedup"]["auto"] * (1 + SHOWN_GAP):
+        text += f" (best: {best} {fastest:.2f}x)"
     return text
 
 
@@ -82,13 +81,13 @@ def goals(runs: dict[str, dict]) -> str:
     for name, run in runs.items():
         results = run["results"]
         lowest = min(results, key=lambda r: r["speedup"]["auto"])
-        ratio = {id(r): r["speedup"]["auto"] / _fastest(r) for r in results}
-        farthest = min(results, key=lambda r: ratio[id(r)])
+        farthest = min(results, key=_share_of_fastest)
         scatter = [r for r in results if r["op"] == "gemm_all_scatter" and r["M"] >= 4096]
         slowest = min(scatter, key=lambda r: r["speedup"]["auto"])
         text = (
             f"* {_label(name)}: `auto` never below {lowest['speedup']['auto']:.2f}x ({_case(lowest)}); "
-            f"at worst {100 * (1 - ratio[id(farthest)]):.1f}% behind the fastest style ({_case(farthest)}); "
+            f"at worst {100 * (1 - _share_of_fastest(farthest)):.1f}% behind the fastest style "
+            f"({_case(farthest)}); "
             f"GEMM + all-scatter at M >= 4096 from {slowest['speedup']['auto']:.2f}x ({_case(slowest)}, "
             f"ceiling {slowest['overlap_ceiling']:.2f}x)"
         )
@@ -97,16 +96,27 @@ def goals(runs: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def _fastest(result: dict) -> float:
-    # The speedup of the fastest style the run timed.
-    return max(v for k, v in result["speedup"].items() if k != "auto")
+def _fastest(result: dict) -> tuple[str, float]:
+    # The fastest style the run timed, and its speedup.
+    return max(((k, v) for k, v in result["speedup"].items() if k != "auto"), key=lambda item: item[1])
+
+
+def _share_of_fastest(result: dict) -> float:
+    # ``auto``'s speedup as a share of the fastest style's.
+    return result["speedup"]["auto"] / _fastest(result)[1]
 
 
 def _case(result: dict) -> str:
     return f"{result['op']} {result['M']} x {result['N']} x {result['K']}"
 
 
-def main(paths: list[str]) -> None:
+def load_runs(paths: list[str] | None = None) -> dict[str, dict]:
+    """The runs in ``paths`` (default: the four of record), by machine name, in that order.
+
+    Example:
+        >>> list(load_runs())
+        ['h200x4', 'h100x4', 'h200x2', 'h100x2']
+    """
     if not paths:
         paths = [os.path.join(RESULTS, f"fused_ops_{machine}.json") for machine in MACHINES]
     runs = {}
@@ -114,6 +124,11 @@ def main(paths: list[str]) -> None:
         name = os.path.basename(path).removeprefix("fused_ops_").removesuffix(".json")
         with open(path) as file:
             runs[name] = json.load(file)
+    return runs
+
+
+def main(paths: list[str]) -> None:
+    runs = load_runs(paths)
     print(table(runs))
     print()
     print(goals(runs))

@@ -3,7 +3,6 @@
 record is the one its results files print."""
 
 import importlib.util
-import json
 import pathlib
 import re
 
@@ -46,9 +45,7 @@ def test_the_fused_ops_table_of_record_is_the_one_its_results_files_print():
     spec = importlib.util.spec_from_file_location("records_table", ROOT / "scripts/records_table.py")
     records_table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(records_table)
-    runs = {}
-    for machine in records_table.MACHINES:
-        runs[machine] = json.loads((ROOT / f"benchmarks/results/fused_ops_{machine}.json").read_text())
+    runs = records_table.load_runs()
     page = (ROOT / "docs/fused.md").read_text()
     assert records_table.table(runs) in page, "re-run `python scripts/records_table.py` and paste its table"
     assert records_table.goals(runs) in page, "re-run `python scripts/records_table.py` and paste its goals"

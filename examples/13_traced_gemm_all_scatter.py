@@ -63,6 +63,7 @@ def main(out_dir: str) -> int:
     trace = ctx.tracing.export(out_dir)  # rank<N>.npz per rank; the merged trace on rank 0
     status = 0
     if rank == 0:
+        out_dir = trace.directory  # out_dir, unless another job is writing there
         write_perfetto(trace, os.path.join(out_dir, "trace.pftrace"))
         write_chrome_json(trace, os.path.join(out_dir, "trace.json"))
         report = analyze_trace(trace)

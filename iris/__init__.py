@@ -47,8 +47,8 @@ from .device import (
 from . import tensor_creation
 from ._upstream_paths import register as _register_upstream_paths
 from .distributed import HostTimeoutError
-from .errors import ArgumentCountError, InvalidArgumentError
-from .hang import WaitTimeoutError
+from ._env import SettingError
+from .errors import ArgumentCountError, DeviceCheckError, InvalidArgumentError, WaitTimeoutError
 from .iris import Iris, iris
 from .launch import spawn
 from .log import DEBUG, ERROR, INFO, WARNING, IrisFormatter, logger, set_logger_level
@@ -67,8 +67,10 @@ __all__ = [
     "ERROR",
     "INFO",
     "WARNING",
+    "DeviceCheckError",
     "DeviceContext",
     "HostTimeoutError",
+    "SettingError",
     "ArgumentCountError",
     "InvalidArgumentError",
     "Iris",

@@ -1,5 +1,8 @@
 """Process-wide settings read once from the environment when ``iris`` is imported.
 
+Each is checked then: a malformed value fails the import with one line naming the variable
+(``iris: IRIS_WAIT_TIMEOUT='abc' is not a number of seconds (0 or more)``; see ``iris._env``).
+
 ``IRIS_BACKEND``   ``cuda`` or ``emulated`` (default: ``cuda`` if a GPU is visible).
 ``IRIS_DEBUG``     ``1`` compiles range and heap-bounds checks into every device op.
 ``IRIS_EMU_WAIT_TIMEOUT``  seconds an emulated spin-wait may last before it fails (default 60).
@@ -8,7 +11,12 @@
 ``IRIS_HOST_TIMEOUT``  seconds a host barrier or collective waits for a missing rank (default 300).
 ``IRIS_FLIGHT``    ``0`` leaves the flight recorder out of every kernel (default ``1``: in).
 ``IRIS_FLIGHT_ENTRIES``  ring entries per SM (power of two, default 64).
-``IRIS_HANG_DIR``  where each rank keeps its flight file and hang dumps (default ``/dev/shm``).
+``IRIS_HANG_DIR``  where each rank keeps its flight file and hang dumps (default: this user's own
+                   directory ``/dev/shm/iris-<uid>``, mode 0700).
+``IRIS_HANG_SIGNALS``  ``0`` leaves SIGTERM and SIGINT alone (default ``1``: dump the flight recorder).
+``IRIS_EMU_SHM_DIR``  where the emulation backend keeps the ranks' heap files (default as ``IRIS_HANG_DIR``).
+``IRIS_EMU_NUM_SMS``  SMs the emulation backend pretends to have (default 8).
+``IRIS_LOG_LEVEL``  ``DEBUG``, ``INFO`` (default), ``WARNING`` or ``ERROR``.
 ``IRIS_RANKS_PER_GPU``  how many ranks of one host may share a GPU (default 1: one rank per GPU).
                    Rank r runs on GPU ``r mod count``; for correctness runs, traces and teaching on
                    fewer GPUs than ranks, never for timings (kernels of the ranks take turns).
@@ -24,12 +32,15 @@
 from __future__ import annotations
 
 import os
-import tempfile
 
+from iris_trace import files
+
+from . import _env
+from ._env import SettingError
 from .backends import choose_backend_name, prepare_process
 
 BACKEND: str = choose_backend_name()
-DEBUG: bool = os.environ.get("IRIS_DEBUG", "0") not in ("", "0")
+DEBUG: bool = _env.flag("IRIS_DEBUG", False)
 
 # Must happen before any @triton.jit runs, ours or the user's.
 prepare_process(BACKEND)
@@ -38,55 +49,52 @@ if DEBUG:
     os.environ["TRITON_DEBUG"] = "1"
 
 
-def ranks_per_node() -> int:
+def ranks_per_node(world_size: int | None = None) -> int:
     """Ranks per node: ``IRIS_RANKS_PER_NODE``, else the launcher's ``LOCAL_WORLD_SIZE``, else the world.
 
     Ranks ``[n * k, (n + 1) * k)`` form node ``n``, as ``torchrun --nproc-per-node k`` places them.
-    A value of at least the world size means one node.
+    A value of at least the world size means one node. ``world_size`` is the job's (the
+    launcher's ``WORLD_SIZE`` when not given): a job whose process group the program made
+    itself, with no launcher variables, is one node unless ``IRIS_RANKS_PER_NODE`` says otherwise.
 
     Example:
         >>> os.environ["IRIS_RANKS_PER_NODE"] = "2"   # 4 ranks on one host act as 2 nodes
         >>> iris.config.ranks_per_node()
         2
     """
-    world = _launcher_world_size()
-    text = os.environ.get("IRIS_RANKS_PER_NODE", "").strip()
-    if not text:
-        return int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value >= world >= 1:
+    world = _launcher_world_size() if world_size is None else world_size
+    configured = _env.integer("IRIS_RANKS_PER_NODE", 0, minimum=1)
+    if not configured:
+        return min(_env.integer("LOCAL_WORLD_SIZE", world, minimum=1), world)
+    if configured >= world >= 1:
         return world
-    if value < 1 or world % value:
-        raise ValueError(
-            f"iris: IRIS_RANKS_PER_NODE must be a positive integer that divides the world size "
-            f"({world}), got {text!r}"
+    if world % configured:
+        raise SettingError(
+            f"iris: IRIS_RANKS_PER_NODE={configured} does not divide the {world} ranks of this job"
         )
-    return value
+    return configured
 
 
 def _launcher_world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return _env.integer("WORLD_SIZE", 1, minimum=1)
 
 
 #: Whether every device op takes the cross-node path, even to this node's ranks (a testing aid).
-CROSS_NODE_ALWAYS: bool = os.environ.get("IRIS_CROSS_NODE_ALWAYS", "0") not in ("", "0")
+CROSS_NODE_ALWAYS: bool = _env.flag("IRIS_CROSS_NODE_ALWAYS", False)
 #: Whether this job spans several nodes (fixed at import, from the launcher's environment), or
 #: ``CROSS_NODE_ALWAYS``: only then are the cross-node paths compiled into device ops
 #: (``iris.device.crossnode``).
 SCALE_OUT: bool = ranks_per_node() < _launcher_world_size() or CROSS_NODE_ALWAYS
 
-FLIGHT: bool = os.environ.get("IRIS_FLIGHT", "1") not in ("", "0")
+FLIGHT: bool = _env.flag("IRIS_FLIGHT", True)
 DEFAULT_DEBUG_WAIT_TIMEOUT = 60.0
 
 _wait_timeout_override: float | None = None
 
 
 def emulated_wait_timeout() -> float:
-    """Seconds an emulated spin-wait may last before it raises."""
-    return float(os.environ.get("IRIS_EMU_WAIT_TIMEOUT", "60"))
+    """Seconds an emulated spin-wait may last before it raises (``IRIS_EMU_WAIT_TIMEOUT``, default 60)."""
+    return _env.seconds("IRIS_EMU_WAIT_TIMEOUT", 60.0)
 
 
 def wait_timeout() -> float:
@@ -101,9 +109,9 @@ def wait_timeout() -> float:
     """
     if _wait_timeout_override is not None:
         return _wait_timeout_override
-    configured = os.environ.get("IRIS_WAIT_TIMEOUT", "").strip()
-    if configured:
-        return _non_negative(float(configured), "IRIS_WAIT_TIMEOUT")
+    configured = _env.seconds("IRIS_WAIT_TIMEOUT", -1.0)
+    if configured >= 0:
+        return configured
     if DEBUG:
         return DEFAULT_DEBUG_WAIT_TIMEOUT
     if BACKEND == "emulated":
@@ -129,8 +137,8 @@ def static_wait_timeout_ns() -> int:
 
 
 def host_timeout() -> float:
-    """Seconds host-side barriers and collectives wait for a missing rank (``IRIS_HOST_TIMEOUT``)."""
-    return _non_negative(float(os.environ.get("IRIS_HOST_TIMEOUT", "300")), "IRIS_HOST_TIMEOUT") or 300.0
+    """Seconds host-side barriers and collectives wait for a missing rank (``IRIS_HOST_TIMEOUT``, 300)."""
+    return _env.seconds("IRIS_HOST_TIMEOUT", 300.0, allow_zero=False)
 
 
 def ranks_per_gpu() -> int:
@@ -141,38 +149,49 @@ def ranks_per_gpu() -> int:
         >>> iris.config.ranks_per_gpu()
         4
     """
-    text = os.environ.get("IRIS_RANKS_PER_GPU", "1").strip() or "1"
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"iris: IRIS_RANKS_PER_GPU must be a positive integer, got {text!r}")
-    return value
+    return _env.integer("IRIS_RANKS_PER_GPU", 1, minimum=1)
 
 
-def local_world_size() -> int:
-    """Ranks on this host, as the launcher says (``LOCAL_WORLD_SIZE``, else ``WORLD_SIZE``, else 1)."""
-    return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+local_world_size = _env.local_world_size
 
 
 def flight_entries() -> int:
-    """Flight-recorder entries per SM region (``IRIS_FLIGHT_ENTRIES``, a power of two)."""
-    entries = int(os.environ.get("IRIS_FLIGHT_ENTRIES", "64"))
-    if entries < 1 or entries & (entries - 1):
-        raise ValueError(f"IRIS_FLIGHT_ENTRIES must be a power of two, got {entries}")
-    return entries
+    """Flight-recorder entries per SM region (``IRIS_FLIGHT_ENTRIES``, a power of two, default 64)."""
+    return _env.integer("IRIS_FLIGHT_ENTRIES", 64, minimum=1, maximum=1 << 16, power_of_two=True)
 
 
 def hang_dir() -> str:
-    """Directory of the flight files and hang dumps (``IRIS_HANG_DIR``)."""
-    configured = os.environ.get("IRIS_HANG_DIR")
-    if configured:
-        return configured
-    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    """Directory of the flight files and hang dumps.
+
+    ``IRIS_HANG_DIR`` when set (an existing directory), else this user's own directory
+    under ``/dev/shm`` (``/dev/shm/iris-<uid>``, mode 0700; see :mod:`iris_trace.files`).
+
+    Example:
+        >>> iris.config.hang_dir()
+        '/dev/shm/iris-1000'
+    """
+    return _env.directory("IRIS_HANG_DIR") or files.private_directory()
 
 
 def _non_negative(value: float, what: str) -> float:
     if not value >= 0:
         raise ValueError(f"iris: {what} must be a non-negative number of seconds, got {value}")
     return value
+
+
+def _validate_environment() -> None:
+    """Read every setting once, so that a malformed one fails ``import iris`` in one line."""
+    emulated_wait_timeout()
+    wait_timeout()
+    host_timeout()
+    ranks_per_gpu()
+    local_world_size()
+    flight_entries()
+    _env.directory("IRIS_HANG_DIR")
+    _env.directory("IRIS_EMU_SHM_DIR")
+    _env.integer("IRIS_EMU_NUM_SMS", 8, minimum=1, maximum=4096)
+    _env.flag("IRIS_HANG_SIGNALS", True)
+    _env.choice("IRIS_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
+
+
+_validate_environment()

@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -44,7 +45,8 @@ class CopyEngine:
     """
 
     def __init__(self, ctx):
-        self._ctx = ctx
+        # A proxy: the context's parts must not keep it alive (see Iris.close).
+        self._ctx = weakref.proxy(ctx)
         self._lanes = ctx.backend.copy_lanes(ctx.get_device(), ctx.num_ranks)
         self._stamps: torch.Tensor | None = None  # per lane: when its traced put started
         self._trace_launches: dict[tuple, tuple[PreparedLaunch, PreparedLaunch]] = {}
@@ -128,7 +130,7 @@ class CopyEngine:
         if launches is None:
             if self._stamps is None:
                 self._stamps = torch.zeros(ctx.num_ranks, dtype=torch.int64, device=ctx.get_device())
-            stamps, bases = self._stamps, ctx.get_heap_bases()
+            stamps, bases = self._stamps, ctx._heap_bases_for_iris()
             launches = self._trace_launches[key] = (
                 PreparedLaunch(dma_start_kernel, (1,), (stamps, to_rank), {"num_warps": 1}),
                 PreparedLaunch(

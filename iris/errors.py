@@ -1,4 +1,4 @@
-"""Iris's argument errors: classes that are both what upstream Iris and what torch raise.
+"""Iris's error classes: device faults, and argument errors that are both what upstream Iris and torch raise.
 
 Upstream Iris raises ``RuntimeError`` for some bad arguments (an ``out=`` of the
 wrong size or off the heap, a device that is not the heap's) where this package
@@ -61,3 +61,37 @@ class WorkspaceTooSmallError(ValueError):
             f"{array} array too small: have {have} but need {need}. "
             "Pre-allocate workspace with the smallest block sizes you intend to use."
         )
+
+
+class WaitTimeoutError(RuntimeError):
+    """A device wait ran past the wait timeout; the message names rank, SM, program, op, flag and culprit.
+
+    Raised by ``ctx.barrier()`` (and the synchronisations that check) on GPUs, and by the
+    kernel launch itself under emulation, as this one error (never wrapped).
+
+    Attributes:
+        timeout: the :class:`iris_trace.flight_file.Timeout` record of the wait (``None``
+            under emulation, where the message holds the same facts).
+        culprit: the rank the hang report blames (or ``None``).
+
+    Example:
+        >>> try:
+        ...     ctx.barrier()
+        ... except iris.WaitTimeoutError as error:
+        ...     print(error.culprit)
+    """
+
+    def __init__(self, message: str, timeout=None, culprit=None):
+        super().__init__(message)
+        self.timeout = timeout
+        self.culprit = culprit
+
+
+class DeviceCheckError(RuntimeError):
+    """A device-side check failed under emulation (``IRIS_DEBUG=1``: a rank out of range, a
+    pointer outside the symmetric heap); the message names the op.
+
+    Example:
+        >>> iris.store(buf + n, x, rank, peer, heap_bases)   # one past the heap, IRIS_DEBUG=1
+        DeviceCheckError: iris.store: pointer is outside the symmetric heap
+    """

@@ -21,10 +21,12 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 
 import numpy as np
 import torch
 
+from iris_trace import files
 from iris_trace import flight_file as fmt
 
 from . import config
@@ -47,11 +49,11 @@ class FlightRecorder:
     """
 
     def __init__(self, ctx):
-        self._ctx = ctx
+        # A proxy: the context's parts must not keep it alive (see Iris.close).
+        self._ctx = weakref.proxy(ctx)
         rank, world = ctx.cur_rank, ctx.num_ranks
         self.session: str = ctx._comm.broadcast_object(uuid.uuid4().hex[:12] if rank == 0 else None, src=0)
         self.directory = config.hang_dir()
-        os.makedirs(self.directory, exist_ok=True)
         _remove_stale_files(self.directory, self.session)
         self.regions = ctx.get_cu_count()
         self.entries = config.flight_entries()
@@ -75,12 +77,16 @@ class FlightRecorder:
         self._regions_meta: list[dict] = []
         self._closed = False
 
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        # Made new, private, never through a link (iris_trace.files): the directory may be shared.
+        fd = files.create_exclusive(self.path, self.nbytes)
         try:
-            os.ftruncate(fd, self.nbytes)
             self._map = mmap.mmap(fd, self.nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.unlink(self.path)
+            raise
         finally:
             os.close(fd)
+        self._dumps = 0
         self.words = np.frombuffer(self._map, dtype=np.int64)
         now = time.time_ns()
         header = {
@@ -104,9 +110,8 @@ class FlightRecorder:
 
     # ------------------------------------------------------------------ slots and header
     def _write_slots(self, values: dict[int, int]) -> None:
-        context = self._ctx._device_context
-        for slot, value in values.items():
-            context[flight_slot(self._ctx.num_ranks, slot)] = int(value)
+        world = self._ctx.num_ranks
+        self._ctx._write_context({flight_slot(world, slot): value for slot, value in values.items()})
 
     def set_timeout(self, seconds: float) -> None:
         """Make every later wait with ``heap_bases`` on this rank give up after ``seconds`` (0: never)."""
@@ -232,12 +237,26 @@ class FlightRecorder:
         return fmt.read_flight_file(self.path)
 
     def dump(self) -> str:
-        """Publish, then copy the flight file to a dump that outlives the process; returns its path."""
+        """Publish, then copy the flight file to a new dump that outlives the process; returns its path.
+
+        Each dump is a file of its own (``...-rank0.bin``, ``...-rank0-2.bin``, ...), made
+        privately and never over an existing file (:func:`iris_trace.files.create_exclusive`).
+        """
         self.publish()
-        path = fmt.dump_path(self.directory, self.session, self._ctx.cur_rank)
-        with open(path, "wb") as handle:
-            handle.write(bytes(self._map))
-        return path
+        with self._publish_lock:
+            if self._closed:
+                raise RuntimeError("iris: the flight recorder is closed")
+            data = bytes(self._map)
+        while True:
+            self._dumps += 1
+            path = fmt.dump_path(self.directory, self.session, int(self.words[fmt.H_RANK]), self._dumps)
+            try:
+                fd = files.create_exclusive(path)
+            except files.UnsafeFileError:
+                continue  # taken (an earlier context of this session, or a planted name): the next one
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            return path
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -257,18 +276,60 @@ class FlightRecorder:
 
 
 def _remove_stale_files(directory: str, session: str) -> None:
-    """Delete live flight files that other, dead processes left behind (killed ranks)."""
+    """Delete live flight files of this user's that dead processes left behind (killed ranks).
+
+    Only regular files of this user's are looked at, opened without following links or
+    blocking (a FIFO named like a flight file is skipped, not waited on).
+    """
     for path in glob.glob(os.path.join(directory, "iris-flight-*-rank*.bin")):
-        if session in os.path.basename(path):
+        if session in os.path.basename(path) or not files.is_own_file(path):
             continue
         try:
-            with open(path, "rb") as handle:
-                header = np.frombuffer(handle.read(fmt.HEADER_BYTES), dtype=np.int64)
-            if len(header) > fmt.H_PID and int(header[fmt.H_MAGIC]) == fmt.MAGIC:
-                pid = int(header[fmt.H_PID])
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    os.unlink(path)
-        except (OSError, ValueError):
+            fd = files.open_own(path, fmt.MAX_FILE_BYTES)
+        except OSError:
             continue
+        with os.fdopen(fd, "rb") as handle:
+            header = np.frombuffer(handle.read(fmt.HEADER_BYTES), dtype=np.int64)
+        if len(header) > fmt.H_PID and int(header[fmt.H_MAGIC]) == fmt.MAGIC:
+            if not fmt.pid_alive(int(header[fmt.H_PID])):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+
+def keep_as_dumps(directory: str, pids: set[int]) -> list[str]:
+    """Turn the live flight files that processes ``pids`` (all ended) left in ``directory`` into dumps.
+
+    A rank that was killed or crashed never removes its flight file; its launcher calls
+    this once every rank has ended, so that what the rank last did stays as a dump (what
+    ``iris-trace hang-report`` reads after a job), and no live file is left behind.
+    Returns the dumps' paths.
+
+    Example:
+        >>> keep_as_dumps("/dev/shm/iris-1000", {4242})
+        ['/dev/shm/iris-1000/iris-hang-3f2a9c41b7d0-rank1-2.bin']
+    """
+    kept = []
+    for path in glob.glob(os.path.join(directory, "iris-flight-*-rank*.bin")):
+        try:
+            fd = files.open_own(path, fmt.MAX_FILE_BYTES)
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as handle:
+            header = np.frombuffer(handle.read(fmt.HEADER_BYTES), dtype=np.int64)
+        if len(header) <= fmt.H_PID or int(header[fmt.H_MAGIC]) != fmt.MAGIC:
+            continue
+        if int(header[fmt.H_PID]) not in pids:
+            continue
+        match = fmt.FILE_NAME.search(os.path.basename(path))
+        for seq in range(1, 1000):
+            dump = fmt.dump_path(directory, match["session"], int(match["rank"]), seq)
+            try:
+                os.close(files.create_exclusive(dump))
+            except files.UnsafeFileError:
+                continue
+            os.replace(path, dump)
+            kept.append(dump)
+            break
+    return kept

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import select
 import signal
@@ -26,30 +27,16 @@ import threading
 import time
 import weakref
 
-from iris_trace import flight_file as fmt
 from iris_trace.hang import HangReport
 
 from .device import intrinsics as hw
+from .errors import WaitTimeoutError
 from .flight import FlightRecorder
 
 #: Seconds between two looks of the watchdog at the timeout reports.
 POLL_SECONDS = 0.1
 #: Seconds a second dump for the same reason waits for the first one's report to be printed.
 _DUMP_WAIT_S = 20.0
-
-
-class WaitTimeoutError(RuntimeError):
-    """A device wait ran past the wait timeout; the message names rank, SM, program, op, flag and culprit.
-
-    Attributes:
-        timeout: the :class:`iris_trace.flight_file.Timeout` record of the wait.
-        culprit: the rank the hang report blames (or ``None``).
-    """
-
-    def __init__(self, message: str, timeout=None, culprit=None):
-        super().__init__(message)
-        self.timeout = timeout
-        self.culprit = culprit
 
 
 class Hang:
@@ -61,11 +48,12 @@ class Hang:
     """
 
     def __init__(self, ctx):
-        self._ctx = ctx
+        # A proxy: the context's parts must not keep it alive (see Iris.close).
+        self._ctx = weakref.proxy(ctx)
         self.recorder = FlightRecorder(ctx)
         self._reported = False
-        #: Each reason's dump so far: its thread and an event set once its report is out.
-        self._dumped: dict[str, tuple[int, threading.Event]] = {}
+        #: Each reason's dump so far: its thread, an event set once its report is out, its file.
+        self._dumped: dict[str, tuple[int, threading.Event, str]] = {}
         self._lock = threading.Lock()
         ctx._comm.describe_peers = self.describe_peers
         hw.set_hang_describer(_describe_latest)
@@ -158,30 +146,34 @@ class Hang:
     def dump(self, reason: str = "request") -> str:
         """Copy this rank's flight file to a dump, print the hang report to stderr; returns the dump's path.
 
-        Done automatically on a timeout, SIGTERM and SIGINT (once per reason).
+        Done automatically on a timeout and on the first SIGTERM or SIGINT (once per reason;
+        the two signals count as one).
 
         Example:
             >>> ctx.hang.dump()
             '/dev/shm/iris-hang-3f2a...-rank0.bin'
         """
+        # The signals share one dump: a Ctrl-C reaches every rank as SIGINT, and the
+        # launcher then stops them with SIGTERM; the first signal's dump is the record.
+        key = "signal" if reason in _SIGNAL_NAMES else reason
         with self._lock:
-            earlier = self._dumped.get(reason) if reason != "request" else None
+            earlier = self._dumped.get(key) if reason != "request" else None
             if earlier is None:
                 done = threading.Event()
-                self._dumped[reason] = (threading.get_ident(), done)
                 try:
                     path = self.recorder.dump()
                 except BaseException:
                     done.set()  # nothing will be printed: nobody waits for it
                     raise
+                self._dumped[key] = (threading.get_ident(), done, path)
         if earlier is not None:
             # A signal reaches both the main thread's handler and the watchdog thread, and
             # the one that dumps second goes on to end the process: it must not do so while
             # the first is still printing the report (unless it is the first, interrupted).
-            dumper, done = earlier
+            dumper, done, path = earlier
             if dumper != threading.get_ident():
                 done.wait(_DUMP_WAIT_S)
-            return fmt.dump_path(self.recorder.directory, self.recorder.session, self._ctx.cur_rank)
+            return path
         try:
             try:
                 text = self.report().format()
@@ -211,11 +203,15 @@ class Hang:
             self._reported = False
 
     def close(self) -> None:
-        """Stop watching and remove the flight file (dumps stay)."""
+        """Remove the flight file (dumps stay) and stop watching.
+
+        The file goes first: stopping the watchdog waits for its thread, which may be
+        about to end the process (a SIGTERM seen while the main thread was in native code).
+        """
         _registry.discard(self)
-        _watchdog.stop_if_idle()
         with self._lock:
             self.recorder.close()
+        _watchdog.stop_if_idle()
 
 
 _registry: weakref.WeakSet[Hang] = weakref.WeakSet()
@@ -228,8 +224,9 @@ def _rank_name(ctx, rank) -> str:
     return f"rank {rank} (node {ctx.node_of(rank)})" if ctx.spans_nodes else f"rank {rank}"
 
 
-def _describe_latest(facts: dict) -> str:
-    """The culprit line for a timeout the interpreter is about to raise; the full report goes to stderr.
+def _describe_latest(facts: dict) -> tuple[str, int | None]:
+    """The culprit line and rank for a timeout the interpreter is about to raise; the full report
+    goes to stderr.
 
     The report record is then cleared: the exception carries it, so a later barrier must
     not raise it again, and a later timeout gets a record of its own.
@@ -242,8 +239,8 @@ def _describe_latest(facts: dict) -> str:
         culprit, reason = hang.report().culprit()
         hang._clear_report()
         who = _rank_name(hang._ctx, culprit)
-        return f"Likely culprit: {who}: {reason}. Full report on stderr and in {path}."
-    return ""
+        return f"Likely culprit: {who}: {reason}. Full report on stderr and in {path}.", culprit
+    return "", None
 
 
 class _Watchdog:
@@ -290,7 +287,7 @@ _watchdog = _Watchdog()
 
 
 @atexit.register
-def _close_at_exit() -> None:
+def _close_every_context() -> None:
     # A program that never calls ctx.close() still leaves no flight file behind, and the
     # watchdog thread is stopped before the interpreter finalises: a daemon thread caught
     # in a torch call at that moment is killed inside C++ code, which aborts the process
@@ -307,6 +304,7 @@ def _close_at_exit() -> None:
 _signal_pipe: tuple[int, int] | None = None
 _previous_handlers: dict[int, object] = {}
 _HANDLED = (signal.SIGTERM, signal.SIGINT)
+_SIGNAL_NAMES = {signum.name for signum in _HANDLED}
 
 
 def _install_signal_handlers() -> None:
@@ -361,9 +359,26 @@ def _drain_signals() -> None:
             continue
         _dump_all(signal.Signals(signum).name)
         if signum == signal.SIGTERM and _previous_handlers.get(signum) == signal.SIG_DFL:
-            # The main thread would have died by now unless it is stuck in native code.
+            # The main thread would have died by now unless it is stuck in native code: end
+            # the process by the signal itself, as its default action would have.
             time.sleep(2.0)
-            os._exit(128 + signum)
+            _close_every_context()
+            _die_by(signum)
+
+
+def _die_by(signum: int) -> None:
+    """End the process by ``signum``'s default action, from any thread.
+
+    Python lets only the main thread change a signal's handler; the C library's
+    ``signal()`` does not ask, and the process then dies as it would have without Iris.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal(signum, None)  # SIG_DFL
+    os.kill(os.getpid(), signum)
+    time.sleep(5.0)
+    os._exit(128 + signum)  # only if the signal was blocked in this thread
 
 
 def _on_signal(signum, frame) -> None:
@@ -372,5 +387,8 @@ def _on_signal(signum, frame) -> None:
     if callable(previous):
         previous(signum, frame)
     elif previous == signal.SIG_DFL:
+        # The default action ends the process at once, skipping atexit: remove the flight
+        # files first (the dumps stay), so nothing of a live context is left behind.
+        _close_every_context()
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)

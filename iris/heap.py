@@ -89,26 +89,39 @@ class SymmetricHeap:
         self.reserved = _aligned(reserved_bytes)
         #: Bytes mapped per rank: the user's heap, padded to ``ALIGNMENT``, then the reserved region.
         self.mapped_size = self._reserved_start() + self.reserved
+        # Before anything is made: a heap the backend cannot back fails every rank in one
+        # line (the first rank's reason), not with a raw OSError or a bus error later.
+        problems = comm.all_gather_object(backend.heap_problem(self.mapped_size, device))
+        problem = next(((rank, text) for rank, text in enumerate(problems) if text), None)
+        if problem is not None:
+            raise MemoryError(f"iris: rank {problem[0]}: {problem[1]}")
         self.device = device
         self.rank = comm.rank
         self._backend = backend
         session = comm.broadcast_object(uuid.uuid4().hex[:12] if comm.rank == 0 else None, src=0)
-        self._allocation = backend.allocate(self.mapped_size, device, tag=f"{session}-rank{comm.rank}")
-        handles = comm.all_gather_object(self._allocation.handle)
         self._peer_tokens = []
-        bases = []
-        for peer, handle in enumerate(handles):
-            if peer == comm.rank:
-                bases.append(self._allocation.tensor.data_ptr())
-                continue
-            address, token = backend.map_peer(handle, self.mapped_size, device)
-            bases.append(address)
-            self._peer_tokens.append(token)
-        comm.barrier()
-        backend.after_all_mapped(self._allocation)
+        self._allocation = None
+        self._closed = True  # until every peer is mapped: close() then gives back what was made
+        try:
+            self._allocation = backend.allocate(self.mapped_size, device, tag=f"{session}-rank{comm.rank}")
+            handles = comm.all_gather_object(self._allocation.handle)
+            bases = []
+            for peer, handle in enumerate(handles):
+                if peer == comm.rank:
+                    bases.append(self._allocation.tensor.data_ptr())
+                    continue
+                address, token = backend.map_peer(handle, self.mapped_size, device)
+                bases.append(address)
+                self._peer_tokens.append(token)
+            comm.barrier()
+            backend.after_all_mapped(self._allocation)
+        except BaseException:
+            self._release()
+            raise
 
         misaligned = [hex(b) for b in bases if b % BASE_ALIGNMENT]
         if misaligned:
+            self._release()
             raise RuntimeError(f"iris: heap bases {misaligned} are not {BASE_ALIGNMENT}-byte aligned")
         #: Address of every rank's heap as mapped in this process, in rank order.
         self.bases: list[int] = bases
@@ -192,6 +205,17 @@ class SymmetricHeap:
         self._next_reserved = offset + nbytes
         return self._view(offset, nbytes, shape, dtype).zero_()
 
+    def bytes_needed(self, pieces) -> int:
+        """Heap bytes that :meth:`allocate` calls of ``(shape, dtype)`` pieces, in order, would take now.
+
+        Alignment padding included, so ``bytes_needed(pieces) <= free`` says whether they fit.
+
+        Example:
+            >>> heap.bytes_needed([((1024,), torch.int64)]) <= heap.free
+            True
+        """
+        return _aligned(self._next_offset) - self._next_offset + self.footprint(pieces)
+
     @staticmethod
     def footprint(pieces) -> int:
         """Bytes that ``(shape, dtype)`` pieces take when placed one after another, each aligned.
@@ -237,12 +261,21 @@ class SymmetricHeap:
         return _start_address(tensor) - self.base
 
     def close(self) -> None:
-        """Unmap the peers' heaps and free this rank's. Tensors on the heap become invalid."""
+        """Unmap the peers' heaps and let go of this rank's (not collective).
+
+        The memory is returned once no tensor of the heap is left (on GPUs too): a tensor
+        kept past ``close()`` stays valid as local memory, but peers no longer reach it.
+        """
         if self._closed:
             return
         self._closed = True
-        for token in self._peer_tokens:
-            self._backend.unmap_peer(token)
-        self._peer_tokens.clear()
-        self._backend.free(self._allocation)
+        self._release()
         self._storage = None
+
+    def _release(self) -> None:
+        tokens, self._peer_tokens = self._peer_tokens, []
+        for token in tokens:
+            self._backend.unmap_peer(token)
+        allocation, self._allocation = self._allocation, None
+        if allocation is not None:
+            self._backend.free(allocation)

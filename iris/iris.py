@@ -7,6 +7,9 @@ functional device API, ``get_device_context()`` for :class:`DeviceContext`).
 
 from __future__ import annotations
 
+import os
+import weakref
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -86,6 +89,20 @@ class Iris:
     def __init__(self, heap_size: int = 1 << 30, allocator_type: str = "torch"):
         if allocator_type not in ("torch", "vmem"):
             raise ValueError(f"iris: allocator_type must be 'torch' or 'vmem', got {allocator_type!r}")
+        # What the context must give back (heap, mappings, flight file, watchdog) is held
+        # apart from it, so that dropping the last reference to the context releases it all
+        # (the finalizer), also when this constructor fails half-way; close() does the same
+        # after a barrier, at a point every rank agrees on.
+        self._resources = _Resources()
+        self._finalizer = weakref.finalize(self, self._resources.release)
+        self._finalizer.atexit = False  # at exit: iris.hang removes the files; the process frees the rest
+        try:
+            self._build(heap_size)
+        except BaseException:
+            self._finalizer()
+            raise
+
+    def _build(self, heap_size: int) -> None:
         self.backend = make_backend(config.BACKEND, cross_node=config.SCALE_OUT)
         self._comm = init_distributed(self.backend.dist_backend)
         self.cur_rank = self._comm.rank
@@ -112,6 +129,7 @@ class Iris:
         staging_pieces = crossnode.staging_pieces(sm_count) if config.SCALE_OUT else []
         reserved = SymmetricHeap.footprint([barrier_piece, flag_piece, *staging_pieces])
         self.heap = SymmetricHeap(heap_size, self.backend, self._comm, device, reserved)
+        self._resources.heap = self.heap
         self._barrier_arrivals = self.heap.reserve(*barrier_piece)
         self._barrier_slots = GroupSlots(
             BARRIER_SLOTS, self.num_ranks, "device_barrier", "use a different group layout or a host barrier"
@@ -123,8 +141,10 @@ class Iris:
         #: Copy-engine puts into peers' heaps (``ctx.copy_engine.put``); see :mod:`iris.copy_engine`.
         self.copy_engine = CopyEngine(self)
 
-        # The heap size slot bounds IRIS_DEBUG's pointer checks: the whole mapping, reserved region included.
-        context = [self.cur_rank, self.num_ranks, *self.heap.bases, self.heap.mapped_size]
+        # The heap size slot bounds IRIS_DEBUG's pointer checks: in the user's context, exactly the
+        # bytes the user may address (a store past them would reach Iris's reserved region);
+        # Iris's own kernels take a copy that also covers the reserved region (_iris_context).
+        context = [self.cur_rank, self.num_ranks, *self.heap.bases, self.heap.size]
         context += [0] * (layout.context_length(self.num_ranks) - len(context))
         context[layout.ranks_per_node_slot(self.num_ranks)] = self.ranks_per_node
         if staging_pieces:
@@ -135,8 +155,12 @@ class Iris:
                 context[layout.staging_slot(self.num_ranks, slot)] = value
         self._device_context = torch.tensor(context, dtype=torch.int64, device=device)
         self.heap_bases = self._device_context[layout.heap_bases_slots(self.num_ranks)].view(torch.uint64)
+        context[layout.heap_size_slot(self.num_ranks)] = self.heap.mapped_size
+        self._iris_context = torch.tensor(context, dtype=torch.int64, device=device)
+        self._iris_heap_bases = self._iris_context[layout.heap_bases_slots(self.num_ranks)].view(torch.uint64)
         #: Wait timeouts, flight recorder and hang reports; see :class:`iris.hang.Hang`.
         self.hang = Hang(self)
+        self._resources.hang = self.hang
         self.hang.recorder.name_region(
             "device_barrier slot {0}, arrivals of rank {1}", self._barrier_arrivals, releaser_axis=1
         )
@@ -230,6 +254,26 @@ class Iris:
             >>> kernel[grid](ctx.get_device_context(), buf, rank=rank, world_size=world_size)
         """
         return self._device_context.view(torch.uint64) if self.tracing.enabled else self._device_context
+
+    def _heap_bases_for_iris(self) -> torch.Tensor:
+        """:meth:`get_heap_bases` for Iris's own kernels, whose pointers may reach the reserved region.
+
+        The same slots but for the heap size, which covers the whole mapping, so that
+        ``IRIS_DEBUG``'s bounds check lets the collectives' flags and the device barrier's
+        arrivals through while holding user kernels to the user's bytes.
+        """
+        return self._iris_heap_bases.view(torch.int64) if self.tracing.enabled else self._iris_heap_bases
+
+    def _device_context_for_iris(self) -> torch.Tensor:
+        """:meth:`get_device_context` for Iris's own kernels (see :meth:`_heap_bases_for_iris`)."""
+        return self._iris_context.view(torch.uint64) if self.tracing.enabled else self._iris_context
+
+    def _write_context(self, slots: dict[int, int]) -> None:
+        """Set context slots (index -> value) in the user's context and in Iris's own copy."""
+        indices = torch.tensor(sorted(slots), dtype=torch.int64)
+        values = torch.tensor([int(slots[i]) for i in sorted(slots)], dtype=torch.int64)
+        for context in (self._device_context, self._iris_context):
+            context[indices.to(context.device)] = values.to(context.device)
 
     def is_symmetric(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` lies entirely on this rank's symmetric heap.
@@ -744,7 +788,7 @@ class Iris:
                 (1,),
                 (
                     self._barrier_arrivals[self._barrier_slots.slot(members)],
-                    self.get_heap_bases(),
+                    self._heap_bases_for_iris(),
                     torch.tensor(members, dtype=torch.int32, device=self.heap.device),
                     self.cur_rank,
                 ),
@@ -786,7 +830,7 @@ class Iris:
                     torch.tensor(peers, dtype=torch.int32, device=self.heap.device),
                     torch.zeros(len(peers), dtype=torch.int32, device=self.heap.device),
                     self.cur_rank,
-                    self.heap_bases,
+                    self._iris_heap_bases,
                 ),
                 {"LINES": wake.LINES, "num_warps": 4},
             )
@@ -815,23 +859,50 @@ class Iris:
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
-        """Free the heap and unmap the peers' heaps (collective). Heap tensors become invalid.
+        """Give back the heap, the peers' mappings, the flight file and the watchdog (collective).
+
+        Every rank waits for the others first, so no peer still writes to this rank's heap.
+        Dropping the last reference to the context gives the same back without that
+        barrier (when the garbage collector frees it: at once, or at ``gc.collect()``);
+        call ``close()`` where every rank should let go at one agreed point. The heap's
+        memory itself is returned once no tensor of it is left.
 
         Example:
             >>> with iris.iris(1 << 24) as ctx:
             ...     ...
         """
-        if self.heap._closed:
+        if not self._finalizer.alive:
             return
         self.barrier()
-        self.hang.close()
-        self.heap.close()
+        self._finalizer()
 
     def __enter__(self) -> Iris:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Resources:
+    """What one context gives back when it goes: its hang watch (flight file, watchdog) and its heap.
+
+    Kept apart from :class:`Iris` (which the parts refer to only weakly), so that a
+    finalizer holding it does not keep the context alive.
+    """
+
+    def __init__(self):
+        self.hang: Hang | None = None
+        self.heap: SymmetricHeap | None = None
+
+    def release(self) -> None:
+        for part in (self.hang, self.heap):
+            if part is None:
+                continue
+            try:
+                part.close()
+            except Exception as error:  # noqa: BLE001 - give back the rest; say what stayed
+                log_with_rank(WARNING, f"iris: releasing {type(part).__name__} failed: {error!r}", -1, -1)
+        self.hang = self.heap = None
 
 
 def _as_array(value):
@@ -848,18 +919,14 @@ def _as_array(value):
 
 
 def _ranks_per_node(world_size: int) -> int:
-    per_node = config.ranks_per_node()
-    if per_node > world_size or world_size % per_node:
-        raise ValueError(
-            f"iris: {per_node} ranks per node (IRIS_RANKS_PER_NODE or LOCAL_WORLD_SIZE) do not divide "
-            f"the {world_size} ranks of this job"
-        )
+    per_node = config.ranks_per_node(world_size)
     if (per_node < world_size) != config.SCALE_OUT and not config.CROSS_NODE_ALWAYS:
+        told = "IRIS_RANKS_PER_NODE" if "WORLD_SIZE" in os.environ else "WORLD_SIZE and IRIS_RANKS_PER_NODE"
         raise RuntimeError(
             f"iris: this job has {world_size} ranks, {per_node} per node, but iris was imported as part "
-            f"of a {'multi' if config.SCALE_OUT else 'single'}-node job: set IRIS_RANKS_PER_NODE (or start "
-            "through torchrun / python -m iris.run) before importing iris; device code is compiled for one "
-            "or the other"
+            f"of a {'multi' if config.SCALE_OUT else 'single'}-node job (device code is compiled for one "
+            f"or the other): set {told} before importing iris, or start through torchrun / "
+            "python -m iris.run"
         )
     return per_node
 

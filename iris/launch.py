@@ -8,25 +8,46 @@ with the rendezvous variables torchrun would set, so ``iris.iris()`` inside
 from __future__ import annotations
 
 import os
+import socket
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+#: The one address a launcher's store listens on: every rank it starts runs on this host.
+LOOPBACK = "127.0.0.1"
+
 
 def host_rendezvous_store() -> dist.TCPStore:
-    """Host the ranks' rendezvous store in this (launching) process, on a port the OS picks.
+    """Host the ranks' rendezvous store in this (launching) process, on loopback, on a port the OS picks.
 
     The launcher owns the store and every rank joins it as a client, as under torchrun,
     whose agent does the same. The alternative, picking a free port here and letting
     rank 0 bind it later, races: between the two, any process on the machine may take
     that port (an outgoing connection's ephemeral port is enough), and rank 0 then fails
-    with EADDRINUSE. Keep the returned store alive until the ranks have exited.
+    with EADDRINUSE. The store answers anyone who connects, without authentication, so
+    it listens on the loopback address only (a socket bound here and handed to the
+    store; the store's own bind would take every interface, IPv4 and IPv6): nobody on
+    the network can reach it, though other users of this host can (docs/scale_out.md).
+    Keep the returned store alive until the ranks have exited.
 
     Example:
         >>> store = host_rendezvous_store()
         >>> env = rank_environment(0, 2, store.port)
     """
-    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((LOOPBACK, 0))
+        listener.listen(128)
+        port = listener.getsockname()[1]
+        store = dist.TCPStore(
+            LOOPBACK, port, is_master=True, wait_for_workers=False, master_listen_fd=listener.fileno()
+        )
+    except BaseException:
+        listener.close()
+        raise
+    listener.detach()  # the store owns the socket now
+    return store
 
 
 def rank_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
@@ -35,15 +56,20 @@ def rank_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
     ``port`` is that of a store from :func:`host_rendezvous_store`; the ranks join it as
     clients (``TORCHELASTIC_USE_AGENT_STORE``, torch's switch for a launcher-hosted store).
     """
-    return {
+    environment = {
         "RANK": str(rank),
         "LOCAL_RANK": str(rank),
         "WORLD_SIZE": str(world_size),
         "LOCAL_WORLD_SIZE": str(world_size),
-        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_ADDR": LOOPBACK,
         "MASTER_PORT": str(port),
         "TORCHELASTIC_USE_AGENT_STORE": "True",
     }
+    # Gloo's ranks connect to each other on the interface of the host's name unless told
+    # otherwise; ranks of one host need no other than loopback (unless the user chose one).
+    if "GLOO_SOCKET_IFNAME" not in os.environ:
+        environment["GLOO_SOCKET_IFNAME"] = "lo"
+    return environment
 
 
 def backend_environment() -> dict[str, str]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
+
+from . import _env
 
 DEBUG = logging.DEBUG
 INFO = logging.INFO
@@ -33,8 +34,8 @@ class IrisFormatter(logging.Formatter):
 
 
 def _level_from_environment(default: int) -> int:
-    name = os.environ.get("IRIS_LOG_LEVEL", "").strip().upper()
-    return getattr(logging, name) if name in ("DEBUG", "INFO", "WARNING", "ERROR") else default
+    name = _env.choice("IRIS_LOG_LEVEL", "", ("DEBUG", "INFO", "WARNING", "ERROR"))
+    return getattr(logging, name) if name else default
 
 
 if not logger.handlers:

@@ -1,8 +1,10 @@
 """Run a script on N local ranks: ``python -m iris.run -n N script.py [args...]`` (or ``iris-run``).
 
 Works for both backends; on GPUs ``torchrun --nproc-per-node N script.py`` works too.
-If one rank fails, the others are stopped and its exit code is returned; so are
-all of them when the launcher itself gets SIGTERM or SIGINT.
+If one rank fails, the launcher says which and how (its exit status, or the signal that
+ended it, with what to try next), stops the others, and exits with that rank's status
+(``128 + N`` for a rank ended by signal N, as a shell reports it); so are all of them
+stopped when the launcher itself gets SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from .launch import backend_environment, host_rendezvous_store, rank_environment
 
 
 def launch(script: str, script_args: list[str], nprocs: int, timeout: float | None) -> int:
-    """Start ``nprocs`` copies of ``script`` and return the first non-zero exit code (or 0)."""
+    """Start ``nprocs`` copies of ``script`` and return the first failing rank's exit status (or 0)."""
     store = host_rendezvous_store()  # lives until every rank has exited
     procs = []
     for rank in range(nprocs):
@@ -30,17 +32,76 @@ def launch(script: str, script_args: list[str], nprocs: int, timeout: float | No
     deadline = None if timeout is None else time.monotonic() + timeout
     exit_code = 0
     while [p.poll() for p in procs].count(None):  # poll every rank, not just the first running one
-        failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
+        failed = [(rank, p.returncode) for rank, p in enumerate(procs) if p.returncode not in (None, 0)]
         timed_out = deadline is not None and time.monotonic() > deadline
         if failed or timed_out:
-            exit_code = failed[0] if failed else 124
             if timed_out:
+                exit_code = 124
                 print(f"iris.run: timed out after {timeout:g} s; stopping all ranks", file=sys.stderr)
+            else:
+                rank, code = failed[0]
+                exit_code = shell_status(code)
+                print(f"iris.run: {describe_exit(rank, code)}; stopping the other ranks", file=sys.stderr)
             _stop(procs)
             break
         time.sleep(0.05)
     codes = [p.wait() for p in procs]
-    return exit_code or next((c for c in codes if c != 0), 0)
+    _keep_flight_files_of_lost_ranks({p.pid for p in procs})
+    return exit_code or next((shell_status(c) for c in codes if c != 0), 0)
+
+
+def _keep_flight_files_of_lost_ranks(pids: set[int]) -> None:
+    """A rank killed or crashed leaves its flight file: keep it as a dump and say where."""
+    from . import config
+    from .flight import keep_as_dumps
+
+    try:
+        dumps = keep_as_dumps(config.hang_dir(), pids)
+    except OSError as error:
+        print(f"iris.run: the lost ranks' flight files stay where they were: {error}", file=sys.stderr)
+        return
+    if dumps:
+        listing = " ".join(dumps)
+        print(f"iris.run: kept the flight files of ranks that did not close as dumps: {listing} "
+              f"(iris-trace hang-report {listing})", file=sys.stderr)  # fmt: skip
+
+
+def shell_status(returncode: int) -> int:
+    """A process's exit status as a shell reports it: ``128 + N`` for one ended by signal N.
+
+    Example:
+        >>> shell_status(-9), shell_status(3)
+        (137, 3)
+    """
+    return 128 - returncode if returncode < 0 else returncode
+
+
+#: What to try when a rank was ended by a signal of its own making, or from outside.
+_SIGNAL_ADVICE = {
+    signal.SIGSEGV: "a crash in native code, often a device op given a rank or pointer out of range: "
+    "rerun with IRIS_DEBUG=1, which checks every op's ranks and heap bounds and names the op",
+    signal.SIGBUS: "a memory access that no memory backs, such as a heap in a shared-memory directory "
+    "that ran out of room: see IRIS_EMU_SHM_DIR, or rerun with IRIS_DEBUG=1",
+    signal.SIGABRT: "an abort in native code (its message is above)",
+    signal.SIGKILL: "killed from outside (by the out-of-memory killer, or a user)",
+}
+
+
+def describe_exit(rank: int, returncode: int) -> str:
+    """One line saying how rank ``rank`` ended (``Popen.returncode``), with advice for a signal.
+
+    Example:
+        >>> describe_exit(1, -11)
+        'rank 1 was killed by SIGSEGV (signal 11): a crash in native code, ...'
+    """
+    if returncode >= 0:
+        return f"rank {rank} exited with status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    advice = _SIGNAL_ADVICE.get(-returncode)
+    return f"rank {rank} was killed by {name} (signal {-returncode})" + (f": {advice}" if advice else "")
 
 
 def _stop(procs, grace: float = 5.0) -> None:

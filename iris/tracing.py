@@ -10,14 +10,16 @@ every rank's events together.
 
 from __future__ import annotations
 
+import os
 import sys
+import weakref
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from iris_trace.events import decode_records
-from iris_trace.trace import RankTrace, Trace
+from iris_trace.trace import RankTrace, Trace, claim_directory
 
 from .device import layout
 from .device import tracing as device_tracing
@@ -37,7 +39,8 @@ class Tracing:
     """
 
     def __init__(self, ctx):
-        self._ctx = ctx
+        # A proxy: the context's parts must not keep it alive (see Iris.close).
+        self._ctx = weakref.proxy(ctx)
         self.enabled = False
         self.max_events = 0
         self.scope_names: dict[int, str] = {}
@@ -46,6 +49,8 @@ class Tracing:
         self._counters = self._dropped = self._records = None
         self._ping = self._pong = None
         self._sync_enable: np.ndarray | None = None
+        #: Enables so far: with the context's session, the id of the current run (``run``).
+        self._runs = 0
         self._sync_rounds = 16 if ctx.backend.interpreted else 200
 
     # ------------------------------------------------------------------ control
@@ -62,17 +67,42 @@ class Tracing:
         """
         if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
             raise ValueError(f"iris: max_events must be a positive int, got {max_events!r}")
-        sizes = self._ctx._comm.all_gather_object(max_events)
+        capacity = -(-max_events // self._regions)
+        pieces = self._pieces(capacity) if capacity > self._capacity else []
+        heap = self._ctx.heap
+        needed = heap.bytes_needed(pieces) if pieces else 0
+        # All or nothing, on every rank alike: nothing is allocated unless every rank has room.
+        asks = self._ctx._comm.all_gather_object((max_events, needed, heap.free))
+        sizes = [ask[0] for ask in asks]
         if len(set(sizes)) != 1:
             raise ValueError(f"iris: tracing.enable(max_events=...) must match on every rank, got {sizes}")
-        capacity = -(-max_events // self._regions)
-        if capacity > self._capacity:
-            self._allocate(capacity)
+        short = [(rank, need, free) for rank, (_, need, free) in enumerate(asks) if need > free]
+        if short:
+            rank, need, free = short[0]
+            raise MemoryError(
+                f"iris: tracing.enable(max_events={max_events}) needs {need} bytes of symmetric heap "
+                f"(64 B per event), but rank {rank} has {free} free: enable fewer events or make the "
+                "heap larger; tracing stays as it was"
+            )
+        if pieces:
+            self._allocate(capacity, pieces)
         self.max_events = max_events
         self.reset()
         self._sync_enable = self._sync_clocks()
         self._write_slots(enabled=1)
         self.enabled = True
+        self._runs += 1
+
+    @property
+    def run(self) -> str:
+        """The current run's id, the same on every rank: rank files carry it, and files of
+        different runs are never merged (``""`` before the first :meth:`enable`).
+
+        Example:
+            >>> ctx.tracing.run
+            '3f2a9c41b7d0-1'
+        """
+        return f"{self._ctx.hang.recorder.session}-{self._runs}" if self._runs else ""
 
     def disable(self) -> None:
         """Stop recording; kernels launched afterwards compile and run without tracing.
@@ -151,7 +181,11 @@ class Tracing:
             raise RuntimeError("iris: tracing was never enabled, so there are no clock samples to align with")
         rank_trace = self._rank_trace(sync_collect=self._sync_clocks())
         if directory is not None:
-            return rank_trace.save(f"{directory}/rank{rank_trace.rank}.npz")
+            # Rank 0 claims the directory for this run (a live job of another run keeps
+            # its own: this run's files then go beside it) and every rank writes there.
+            chosen = claim_directory(directory, self.run) if self._ctx.cur_rank == 0 else None
+            chosen = self._ctx._comm.broadcast_object(chosen, src=0)
+            return rank_trace.save(os.path.join(chosen, f"rank{rank_trace.rank}.npz"))
         gathered = [None] * self._ctx.num_ranks if self._ctx.cur_rank == 0 else None
         dist.gather_object(rank_trace, gathered, dst=0, group=self._ctx._comm.control_group)
         return Trace(gathered) if self._ctx.cur_rank == 0 else None
@@ -159,7 +193,9 @@ class Tracing:
     def export(self, directory: str):
         """Collect (collective) and write one ``rank<N>.npz`` per rank into ``directory``.
 
-        Returns the merged ``iris_trace.Trace`` on rank 0 and ``None`` elsewhere.
+        Returns the merged ``iris_trace.Trace`` on rank 0 and ``None`` elsewhere. If a live
+        job of another run is writing into ``directory``, the files go to
+        ``<directory>-<run>`` instead (said on stderr); ``trace.directory`` is where they went.
 
         Example:
             >>> ctx.tracing.export("traces/")
@@ -174,15 +210,21 @@ class Tracing:
         if self._records is None:
             raise RuntimeError("iris: tracing was never enabled on this context (call ctx.tracing.enable())")
 
-    def _allocate(self, capacity: int) -> None:
-        ctx = self._ctx
-        self._capacity = capacity
-        self._counters = ctx.zeros(self._regions * COUNTER_STRIDE, dtype=torch.int32)
-        self._dropped = ctx.zeros(self._regions * COUNTER_STRIDE, dtype=torch.int32)
-        self._records = ctx.zeros(self._regions * capacity * RECORD_WORDS, dtype=torch.int64)
+    def _pieces(self, capacity: int) -> list[tuple[tuple[int, ...], torch.dtype]]:
+        """The heap pieces buffers of ``capacity`` events per region take (:meth:`_allocate`'s order)."""
+        counters = ((self._regions * COUNTER_STRIDE,), torch.int32)
+        pieces = [counters, counters, ((self._regions * capacity * RECORD_WORDS,), torch.int64)]
         if self._ping is None:
-            self._ping = ctx.zeros(1, dtype=torch.int32)
-            self._pong = ctx.zeros(1, dtype=torch.int32)
+            pieces += [((1,), torch.int32), ((1,), torch.int32)]
+        return pieces
+
+    def _allocate(self, capacity: int, pieces) -> None:
+        made = [self._ctx.zeros(*shape, dtype=dtype) for shape, dtype in pieces]
+        counters, dropped, records, *ping_pong = made
+        self._counters, self._dropped, self._records = counters, dropped, records
+        if ping_pong:
+            self._ping, self._pong = ping_pong
+        self._capacity = capacity
 
     def _write_slots(self, enabled: int) -> None:
         ctx = self._ctx
@@ -196,8 +238,7 @@ class Tracing:
             int(device_tracing.SLOT_DROPPED): self._dropped.data_ptr(),
             int(device_tracing.SLOT_RECORDS): self._records.data_ptr(),
         }
-        slots = torch.tensor([values[k] for k in sorted(values)], dtype=torch.int64)
-        ctx._device_context[first : first + len(values)].copy_(slots)
+        ctx._write_context({first + slot: value for slot, value in values.items()})
 
     def _sync_clocks(self) -> np.ndarray:
         """Ping-pong stamps ``(world, rounds, 4)`` of every rank against rank 0 (collective)."""
@@ -241,4 +282,5 @@ class Tracing:
             scope_names=dict(self.scope_names),
             command=" ".join(sys.argv),
             clock_domain=ctx.backend.clock_domain(ctx.get_device()),
+            run=self.run,
         )

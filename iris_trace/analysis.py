@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import files
 from .attribution import (
     PARTS,
     attribute_waits,
@@ -178,6 +179,10 @@ def _ratio(numerator: int, denominator: int) -> float:
     return float(numerator) / float(denominator) if denominator else 0.0
 
 
+#: The files :meth:`Report.to_csv` writes, in its order.
+CSV_FILES = ("per_sm.csv", "per_rank.csv", "top_stalls.csv", "wait_causes.csv", "seen_latency.csv")
+
+
 @dataclass
 class Report:
     """What :func:`analyze` found; every list row is a plain dict of Python numbers (None where absent)."""
@@ -234,7 +239,7 @@ class Report:
         text = json.dumps(self.to_dict(), indent=2)
         if path is not None:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with open(path, "w") as f:
+            with files.replace_atomically(path, "w") as f:
                 f.write(text + "\n")
         return text
 
@@ -248,15 +253,16 @@ class Report:
         """
         os.makedirs(directory, exist_ok=True)
         paths = []
-        for name, fields, rows in (
-            ("per_sm.csv", PER_SM_FIELDS, self.per_sm),
-            ("per_rank.csv", PER_RANK_FIELDS, self.per_rank),
-            ("top_stalls.csv", STALL_FIELDS, [_hex_address(r) for r in self.top_stalls]),
-            ("wait_causes.csv", WAIT_CAUSE_FIELDS, self.wait_causes),
-            ("seen_latency.csv", SEEN_LATENCY_FIELDS, self.seen_latency),
-        ):
+        tables = (
+            (PER_SM_FIELDS, self.per_sm),
+            (PER_RANK_FIELDS, self.per_rank),
+            (STALL_FIELDS, [_hex_address(r) for r in self.top_stalls]),
+            (WAIT_CAUSE_FIELDS, self.wait_causes),
+            (SEEN_LATENCY_FIELDS, self.seen_latency),
+        )
+        for name, (fields, rows) in zip(CSV_FILES, tables):
             path = os.path.join(directory, name)
-            with open(path, "w", newline="") as f:
+            with files.replace_atomically(path, "w", newline="") as f:
                 writer = csv.DictWriter(f, fieldnames=fields)
                 writer.writeheader()
                 writer.writerows(rows)

@@ -4,18 +4,28 @@
     iris-trace report traces/rank*.npz [--json report.json] [--csv report/] [--top 10]
     iris-trace plot traces/rank*.npz -o timeline.png [--bins 300] [--title TEXT]
     iris-trace validate run.pftrace --trace-processor /path/to/trace_processor_shell
-    iris-trace hang-report [--dir /dev/shm] [--session ID] [--json report.json] [files...]
+    iris-trace hang-report [--dir DIR] [--session ID] [--json report.json] [files...]
 
 Per-rank files come from ctx.tracing.collect("traces") or ctx.tracing.export("traces")
-(one rank<N>.npz each; the quick start leaves them in iris_traces/).
+(one rank<N>.npz each; the quick start leaves them in iris_traces/). Outputs are written
+to a temporary file and renamed, so an interrupted command leaves the previous ones; an
+output that names an input is refused. A file that cannot be read or written ends the
+command with one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+from . import files
+from .analysis import CSV_FILES
+from .flight_file import FlightFileError
 from .trace import Trace, TraceFileError
+
+#: What a bad input or an unwritable output ends the command with.
+EXIT_BAD_FILE = 2
 
 
 def _load(paths: list[str]) -> Trace:
@@ -111,22 +121,17 @@ def validate(args) -> int:
 
 def hang_report(args) -> int:
     import json
-    import os
 
+    from .flight_file import default_directory
     from .hang import HangReport
 
-    try:
-        if args.files:
-            report = HangReport.from_files(args.files, last=args.last)
-        else:
-            directory = args.dir or os.environ.get("IRIS_HANG_DIR") or "/dev/shm"
-            report = HangReport.from_directory(directory, args.session, last=args.last)
-    except ValueError as error:
-        print(f"iris-trace: {error}", file=sys.stderr)
-        return 2
+    if args.files:
+        report = HangReport.from_files(args.files, last=args.last)
+    else:
+        report = HangReport.from_directory(args.dir or default_directory(), args.session, last=args.last)
     print(report.format())
     if args.json:
-        with open(args.json, "w") as handle:
+        with files.replace_atomically(args.json, "w") as handle:
             json.dump(report.to_dict(), handle, indent=2)
         print(f"wrote {args.json}")
     return 0
@@ -189,17 +194,44 @@ def main(argv: list[str] | None = None) -> int:
     hanging.add_argument(
         "files", nargs="*", help="flight or dump files (default: the newest session in --dir)"
     )
-    hanging.add_argument("--dir", help="where the ranks keep flight files (IRIS_HANG_DIR, default /dev/shm)")
-    hanging.add_argument("--session", help="the session to report on (default: the newest)")
+    hanging.add_argument(
+        "--dir",
+        help="where the ranks keep flight files (IRIS_HANG_DIR; default this user's /dev/shm/iris-<uid>)",
+    )
+    hanging.add_argument("--session", help="the session to report on (default: this user's newest)")
     hanging.add_argument("--last", type=int, default=5, help="how many sent ops to list per rank")
     hanging.add_argument("--json", help="also write the report as JSON")
     hanging.set_defaults(run=hang_report)
     args = parser.parse_args(argv)
+    problem = files.refuse_overwriting(_outputs(args), list(getattr(args, "files", None) or []))
+    if problem:
+        return _fail(problem)
     try:
         return args.run(args)
-    except TraceFileError as error:
-        print(f"iris-trace: {error}", file=sys.stderr)
-        return 2
+    except (TraceFileError, FlightFileError, files.UnsafeFileError) as error:
+        return _fail(str(error))
+    except ValueError as error:  # a hang report's own refusals (no files, mixed sessions), a bad format
+        return _fail(str(error).strip().splitlines()[0])
+    except OSError as error:  # an output that cannot be written
+        where = error.filename or ""
+        return _fail(f"cannot write {where}: {error.strerror or error}" if where else str(error))
+    except KeyboardInterrupt:
+        print("iris-trace: interrupted; the outputs are as they were before", file=sys.stderr)
+        return 130
+
+
+def _outputs(args) -> list[str]:
+    """Every file the command will write (for the check that none of them is an input)."""
+    outputs = [getattr(args, "output", None), getattr(args, "json", None)]
+    csv = getattr(args, "csv", None)
+    if csv:
+        outputs += [os.path.join(csv, name) for name in CSV_FILES]
+    return [o for o in outputs if o]
+
+
+def _fail(message: str) -> int:
+    print(f"iris-trace: {message}", file=sys.stderr)
+    return EXIT_BAD_FILE
 
 
 if __name__ == "__main__":

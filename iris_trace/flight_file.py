@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import schema
+from . import files, schema
 
 MAGIC = int.from_bytes(b"IRISFLT1", "little")
 VERSION = 2
@@ -91,7 +91,25 @@ ENTRY_DTYPE = np.dtype(
     ]
 )
 
-_FILE_RE = re.compile(r"iris-(?:flight|hang)-(?P<session>[0-9a-f]+)-rank(?P<rank>\d+)\.bin$")
+#: The names of flight files (``kind`` flight) and dumps (``kind`` hang, ``seq`` from the second on).
+FILE_NAME = re.compile(
+    r"iris-(?P<kind>flight|hang)-(?P<session>[0-9a-f]+)-rank(?P<rank>\d+)(?:-(?P<seq>\d+))?\.bin$"
+)
+#: The most entries per SM region a flight file may hold (``IRIS_FLIGHT_ENTRIES`` is capped there too).
+MAX_ENTRIES = 1 << 16
+#: The most SM regions a flight file may hold.
+MAX_REGIONS = 4096
+#: The most pending-wait slots per region.
+MAX_PENDING = 256
+#: Files larger than a flight file with the most of everything are not flight files.
+MAX_FILE_BYTES = RING_OFFSET + MAX_REGIONS * (MAX_ENTRIES + MAX_PENDING) * ENTRY_WORDS * 8
+
+
+class FlightFileError(ValueError):
+    """A flight or dump file that cannot be read: missing, not ours, truncated or malformed.
+
+    The message is one line that names the file.
+    """
 
 
 def flight_path(directory: str, session: str, rank: int) -> str:
@@ -99,9 +117,25 @@ def flight_path(directory: str, session: str, rank: int) -> str:
     return os.path.join(directory, f"iris-flight-{session}-rank{rank}.bin")
 
 
-def dump_path(directory: str, session: str, rank: int) -> str:
-    """Where rank ``rank`` of ``session`` copies its flight file on a timeout or signal."""
-    return os.path.join(directory, f"iris-hang-{session}-rank{rank}.bin")
+def dump_path(directory: str, session: str, rank: int, seq: int = 1) -> str:
+    """Where rank ``rank`` of ``session`` writes its ``seq``-th dump (on a timeout, a signal, a request).
+
+    Example:
+        >>> dump_path("/dev/shm/iris-1000", "ab12", 0, seq=2)
+        '/dev/shm/iris-1000/iris-hang-ab12-rank0-2.bin'
+    """
+    suffix = "" if seq == 1 else f"-{seq}"
+    return os.path.join(directory, f"iris-hang-{session}-rank{rank}{suffix}.bin")
+
+
+def default_directory() -> str:
+    """Where this user's ranks keep their flight files unless ``IRIS_HANG_DIR`` says otherwise.
+
+    Example:
+        >>> default_directory()
+        '/dev/shm/iris-1000'
+    """
+    return os.environ.get("IRIS_HANG_DIR") or files.private_directory(create=False)
 
 
 def decode_entries(ring: np.ndarray, regions: int, entries: int, pending: int = 0) -> np.ndarray:
@@ -204,7 +238,10 @@ class RankState:
         return None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie its parent has not reaped counts as gone)."""
+    if not 0 < pid < 1 << 22:  # beyond any pid_max: a damaged header, never a process (nor a group)
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -219,40 +256,61 @@ def _pid_alive(pid: int) -> bool:
 
 
 def read_flight_file(path: str) -> RankState:
-    """Parse one flight (or dump) file.
+    """Parse one flight (or dump) file of this user's.
+
+    Raises:
+        FlightFileError: the file is missing, not a regular file of this user's, larger
+            than any flight file, truncated, or its header or metadata is malformed.
 
     Example:
-        >>> state = read_flight_file("/dev/shm/iris-flight-ab12-rank0.bin")
+        >>> state = read_flight_file("/dev/shm/iris-1000/iris-flight-ab12-rank0.bin")
         >>> state.timeout, state.pending
     """
-    with open(path, "rb") as handle:
-        data = handle.read()
+    try:
+        data = files.read_own(path, MAX_FILE_BYTES)
+    except FileNotFoundError:
+        raise FlightFileError(f"{path}: no such flight file") from None
+    except OSError as error:
+        raise FlightFileError(str(error)) from None
     if len(data) < RING_OFFSET:
-        raise ValueError(f"{path}: {len(data)} bytes is too short for a flight file")
-    words = np.frombuffer(data, dtype=np.int64)
+        raise FlightFileError(f"{path}: {len(data)} bytes is too short for a flight file")
+    words = np.frombuffer(data[: len(data) // 8 * 8], dtype=np.int64)
     if int(words[H_MAGIC]) != MAGIC:
-        raise ValueError(f"{path}: not an Iris flight file")
+        raise FlightFileError(f"{path}: not an Iris flight file")
     if int(words[H_VERSION]) != VERSION:
-        raise ValueError(f"{path}: flight file version {int(words[H_VERSION])}, this reader knows {VERSION}")
-    meta_len = int(words[H_META_BYTES])
-    metadata = json.loads(data[META_OFFSET : META_OFFSET + meta_len].decode()) if meta_len else {}
-    regions, entries = int(words[H_REGIONS]), int(words[H_ENTRIES])
+        raise FlightFileError(
+            f"{path}: flight file version {int(words[H_VERSION])}, this reader knows {VERSION}"
+        )
+    regions, entries, pending = int(words[H_REGIONS]), int(words[H_ENTRIES]), int(words[H_PENDING])
+    rank, world = int(words[H_RANK]), int(words[H_WORLD])
+    if not (0 < regions <= MAX_REGIONS and 0 < entries <= MAX_ENTRIES and 0 <= pending <= MAX_PENDING):
+        raise FlightFileError(
+            f"{path}: header claims {regions} regions of {entries} entries: not a flight file"
+        )
+    if not 0 <= rank < world <= 1 << 20:
+        raise FlightFileError(f"{path}: header claims rank {rank} of {world}: not a flight file")
+    ring_bytes = regions * (entries + pending) * ENTRY_WORDS * 8
+    if len(data) < RING_OFFSET + ring_bytes:
+        raise FlightFileError(
+            f"{path}: truncated ({len(data)} bytes; its header needs {RING_OFFSET + ring_bytes})"
+        )
+    metadata = _metadata(path, data, int(words[H_META_BYTES]))
     ring = words[RING_OFFSET // 8 :]
     state = RankState(
-        rank=int(words[H_RANK]),
-        world_size=int(words[H_WORLD]),
+        rank=rank,
+        world_size=world,
         pid=int(words[H_PID]),
-        session=metadata.get("session", ""),
+        session=str(metadata.get("session", "")),
         path=path,
         created_ns=int(words[H_CREATED]),
         closed=int(words[H_STATE]) == 1,
         phase=int(words[H_PHASE]),
         phase_since_ns=int(words[H_PHASE_SINCE]),
         timeout_ns=int(words[H_TIMEOUT]),
-        alive=_pid_alive(int(words[H_PID]))
+        alive=pid_alive(int(words[H_PID]))
         and metadata.get("hostname", os.uname().nodename) == os.uname().nodename,
         metadata=metadata,
-        entries=decode_entries(ring, regions, entries, int(words[H_PENDING])),
+        entries=decode_entries(ring, regions, entries, pending),
     )
     report = words[REPORT_OFFSET // 8 : REPORT_OFFSET // 8 + REPORT_WORDS]
     field = {name: int(report[index]) for name, index in schema.REPORT_WORD.items()}
@@ -273,6 +331,36 @@ def read_flight_file(path: str) -> RankState:
     return state
 
 
+def _metadata(path: str, data: bytes, length: int) -> dict:
+    """The JSON metadata block: a dict whose named regions are well formed, or a FlightFileError."""
+    if not 0 <= length <= META_BYTES:
+        raise FlightFileError(f"{path}: metadata length {length} is out of range: not a flight file")
+    if not length:
+        return {}
+    try:
+        metadata = json.loads(data[META_OFFSET : META_OFFSET + length].decode())
+    except (UnicodeDecodeError, ValueError):
+        raise FlightFileError(f"{path}: its metadata is not JSON") from None
+    if not isinstance(metadata, dict):
+        raise FlightFileError(f"{path}: its metadata is not a JSON object")
+    regions = metadata.get("regions", [])
+    well_formed = isinstance(regions, list) and all(
+        isinstance(r, dict)
+        and isinstance(r.get("name"), str)
+        and isinstance(r.get("offset"), int)
+        and isinstance(r.get("itemsize"), int)
+        and r["itemsize"] > 0
+        and isinstance(r.get("shape"), list)
+        and all(isinstance(n, int) and n >= 0 for n in r["shape"])
+        and (r.get("releaser_axis") is None or (isinstance(r["releaser_axis"], int)
+                                                and 0 <= r["releaser_axis"] < len(r["shape"])))
+        for r in regions
+    )  # fmt: skip
+    if not well_formed:
+        raise FlightFileError(f"{path}: its metadata's named regions are malformed")
+    return metadata
+
+
 def pending_waits(entries: np.ndarray) -> list[np.void]:
     """Waits that began and have not ended (per SM and program), oldest first."""
     open_waits: dict[tuple, np.void] = {}
@@ -286,20 +374,34 @@ def pending_waits(entries: np.ndarray) -> list[np.void]:
 
 
 def find_sessions(directory: str) -> dict[str, tuple[list[str], int]]:
-    """``session -> (files, newest creation time)`` for the flight and dump files in ``directory``."""
+    """``session -> (files, newest modification time)`` of this user's flight and dump files in ``directory``.
+
+    Files of other users, links and anything that is not a regular file are left out.
+    """
     sessions: dict[str, tuple[list[str], int]] = {}
     for path in glob.glob(os.path.join(directory, "iris-*-rank*.bin")):
-        match = _FILE_RE.search(os.path.basename(path))
-        if not match:
+        match = FILE_NAME.search(os.path.basename(path))
+        if not match or not files.is_own_file(path):
             continue
         try:
-            created = os.stat(path).st_mtime_ns
+            created = os.lstat(path).st_mtime_ns
         except FileNotFoundError:
             continue
-        files, newest = sessions.get(match["session"], ([], 0))
-        files.append(path)
-        sessions[match["session"]] = (files, max(newest, created))
+        found, newest = sessions.get(match["session"], ([], 0))
+        found.append(path)
+        sessions[match["session"]] = (found, max(newest, created))
     return sessions
+
+
+def dump_sequence(path: str) -> int:
+    """Which dump of its rank ``path`` is (1 for the first, and for a live flight file).
+
+    Example:
+        >>> dump_sequence("/dev/shm/iris-1000/iris-hang-ab12-rank0-3.bin")
+        3
+    """
+    match = FILE_NAME.search(os.path.basename(path))
+    return int(match["seq"]) if match and match["seq"] else 1
 
 
 def request_publish(paths: list[str], wait_s: float = 1.0) -> list[str]:
@@ -322,16 +424,21 @@ def request_publish(paths: list[str], wait_s: float = 1.0) -> list[str]:
         if "iris-flight-" not in os.path.basename(path):
             continue
         try:
-            with open(path, "r+b") as handle:
-                header = mmap.mmap(handle.fileno(), HEADER_BYTES)
+            fd = files.open_own(path, MAX_FILE_BYTES, writable=True)
+        except OSError:
+            continue
+        try:
+            header = mmap.mmap(fd, HEADER_BYTES)
         except (OSError, ValueError):
             continue
+        finally:
+            os.close(fd)
         pid = word(header, H_PID)
         if (
             word(header, H_MAGIC) != MAGIC
             or word(header, H_STATE) == 1
             or pid == os.getpid()
-            or not _pid_alive(pid)
+            or not pid_alive(pid)
         ):
             header.close()
             continue

@@ -27,6 +27,7 @@ from .flight_file import (
     WAIT_BEGIN,
     WAIT_END,
     RankState,
+    dump_sequence,
     find_sessions,
     read_flight_file,
     request_publish,
@@ -50,6 +51,14 @@ def describe_entry(entry: np.void) -> str:
         name = "signal add" if int(entry["sub"]) == 1 else "signal set"
     value = "" if kind in (1, 2, 3, 4, 5) else f" {int(entry['value'])}"
     return f"{name}{value} -> rank {int(entry['target_rank'])} {where}"
+
+
+def _is_live_file(state: RankState) -> bool:
+    return "iris-flight-" in os.path.basename(state.path)
+
+
+def _newness(state: RankState) -> tuple[bool, int]:
+    return _is_live_file(state), dump_sequence(state.path)
 
 
 @dataclass
@@ -76,8 +85,8 @@ class HangReport:
         if len(sessions) != 1:
             raise ValueError(f"flight files of several sessions given: {sorted(sessions)}")
         ranks: dict[int, RankState] = {}
-        for state in states:  # a live file wins over an older dump of the same rank
-            if state.rank not in ranks or "iris-flight-" in os.path.basename(state.path):
+        for state in states:  # a live file wins over the rank's dumps, a later dump over an earlier one
+            if state.rank not in ranks or _newness(state) > _newness(ranks[state.rank]):
                 ranks[state.rank] = state
         return cls(states[0].session, states[0].world_size, ranks, last)
 
@@ -133,9 +142,22 @@ class HangReport:
         return result
 
     def culprit(self) -> tuple[int | None, str]:
-        """``(rank, reason)`` of the rank most likely to blame, or ``(None, reason)``."""
+        """``(rank, reason)`` of the rank most likely to blame, or ``(None, reason)``.
+
+        A rank whose process ended without closing its context (its live flight file is
+        still there: it was killed or crashed) is blamed first: the others wait for it.
+        """
         missing = [r for r in range(self.world_size) if r not in self.ranks]
         waits = self.waits()
+        gone = [r for r, s in sorted(self.ranks.items()) if not s.alive and not s.closed and _is_live_file(s)]
+        if gone:
+            state = self.ranks[gone[0]]
+            waiting = [(r, self._flag_name(r, offset)) for r, (offset, _, _) in sorted(waits.items())]
+            also = "".join(f"; rank {r} waits for {flag}" for r, flag in waiting if r not in gone)
+            return gone[0], (
+                f"rank {gone[0]} is gone: its process {state.pid} ended without closing its context "
+                f"(killed, or crashed){also}"
+            )
         for rank, (offset, _expected, _) in sorted(waits.items(), key=lambda kv: kv[0]):
             candidates = self.releasers(rank, offset)
             flag = self._flag_name(rank, offset)
@@ -168,6 +190,13 @@ class HangReport:
         if waits:
             cycle = " -> ".join(f"rank {r}" for r in sorted(waits))
             return min(waits), f"every rank waits on another ({cycle}): a deadlock between ranks"
+        ended = [r for r, s in sorted(self.ranks.items()) if not s.alive]
+        if ended and len(ended) < len(self.ranks):
+            others = [r for r in sorted(self.ranks) if r not in ended]
+            return ended[0], (
+                f"rank {ended[0]} is gone (process {self.ranks[ended[0]].pid} ended) while rank(s) {others} "
+                "still run: it was stopped, crashed or left early"
+            )
         if missing:
             return missing[
                 0

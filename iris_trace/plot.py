@@ -21,10 +21,12 @@ older two-matrix view (stalled and overlapped fraction per SM).
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import numpy as np
 
+from . import files
 from .analysis import analyze
 from .attribution import step_held_up
 from .events import EVENT_DTYPE
@@ -322,8 +324,15 @@ def timeline(
     axes[3].axis("off")
     lines = ["longest stalls (numbered above):", *captions] if captions else ["no waits"]
     axes[3].text(0.0, 1.0, "\n".join(textwrap.shorten(c, 200) for c in lines), fontsize=8, va="top")
-    figure.savefig(path, dpi=100)
+    with files.replacing(path) as partial:
+        figure.savefig(partial, dpi=100, format=_image_format(path))
     return path
+
+
+def _image_format(path: str) -> str:
+    """The picture's format from its name (``timeline.svg`` -> ``svg``), PNG where the name says none."""
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    return suffix or "png"
 
 
 def _grouped_row(labels, rank: int, sm: int, rows: np.ndarray, group: int):

@@ -8,10 +8,14 @@ to align it with the others::
     sync_collect  int64 (world, rounds, 4) the same at collect()
     meta          JSON: format, rank, world_size, dropped, device, heap_size,
                   num_sms, scope_names, command, clock_domain (ranks with the same one
-                  read the same clock: one GPU, or the host under emulation)
+                  read the same clock: one GPU, or the host under emulation), run
+                  (the run's id: every rank of one tracing run has the same)
 
 :class:`Trace` merges one file (or in-memory :class:`RankTrace`) per rank and
-maps every timestamp onto rank 0's clock.
+maps every timestamp onto rank 0's clock; files of different runs are refused.
+Files are written to a temporary name and renamed, so an interrupted save leaves
+the previous file; a directory that a live job of another run is writing into is
+left to it (:func:`claim_directory`).
 """
 
 from __future__ import annotations
@@ -19,17 +23,28 @@ from __future__ import annotations
 import functools
 import json
 import os
+import socket
+import sys
+import zipfile
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import files
 from .attribution import attribute_waits
 from .clock import ClockFit, fit_all
 from .events import EVENT_DTYPE, upgrade
+from .flight_file import pid_alive
 from .lanes import assign_lanes
 from .matching import match_releasers
 
 FORMAT = "iris-trace-rank/1"
+#: Timestamps beyond this (in either direction) are not a clock's: 146 years of nanoseconds.
+MAX_TIMESTAMP = 1 << 62
+#: World sizes beyond this are not a job's.
+MAX_WORLD = 1 << 16
+#: The claim a job leaves in a trace directory it writes (:func:`claim_directory`).
+CLAIM_FILE = ".iris-run"
 
 
 class TraceFileError(ValueError):
@@ -53,6 +68,8 @@ class RankTrace:
     command: str = ""
     #: Which clock the timestamps are on (a GPU's UUID, or ``host:<name>`` under emulation).
     clock_domain: str = ""
+    #: The run the events belong to (the same on every rank of one run; ``""`` if unknown).
+    run: str = ""
 
     def meta(self) -> dict:
         return {
@@ -66,10 +83,11 @@ class RankTrace:
             "scope_names": {str(k): v for k, v in self.scope_names.items()},
             "command": self.command,
             "clock_domain": self.clock_domain,
+            "run": self.run,
         }
 
     def save(self, path: str) -> str:
-        """Write this rank's ``.npz`` file; returns the path.
+        """Write this rank's ``.npz`` file (to a temporary name, then renamed); returns the path.
 
         Example:
             >>> rank_trace.save("traces/rank0.npz")
@@ -78,61 +96,231 @@ class RankTrace:
         if self.sync_collect is not None:
             arrays["sync_collect"] = self.sync_collect
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        np.savez(path, meta=np.array(json.dumps(self.meta())), **arrays)
+        with files.replace_atomically(path) as handle:
+            np.savez(handle, meta=np.array(json.dumps(self.meta())), **arrays)
         return path
 
     @classmethod
     def load(cls, path: str) -> RankTrace:
         """Read a rank file written by :meth:`save`, with errors that name the file.
 
+        Every part is checked before it is used (the archive, each array's header against
+        its size, the metadata's fields and types, the events' ranks and timestamps), so a
+        truncated, corrupted or hostile file raises :class:`TraceFileError` in one line.
+
         Example:
             >>> rank0 = RankTrace.load("traces/rank0.npz")
         """
-        try:
-            with open(path, "rb") as handle:
-                magic = handle.read(4)
-        except FileNotFoundError:
-            raise TraceFileError(f"{path}: no such trace file") from None
-        except OSError as exc:
-            raise TraceFileError(f"{path}: cannot be read ({exc.strerror})") from None
-        if magic != b"PK\x03\x04":  # every .npz is a zip archive
-            raise TraceFileError(
-                f"{path}: not an Iris rank file (a rank<N>.npz written by ctx.tracing.collect(directory) "
-                "or ctx.tracing.export(directory))"
-            )
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                meta = json.loads(str(data["meta"]))
-                events = upgrade(data["events"])
-                sync_enable = data["sync_enable"]
-                sync_collect = data["sync_collect"] if "sync_collect" in data.files else None
-        except FileNotFoundError:
-            raise TraceFileError(f"{path}: no such trace file") from None
-        except (OSError, ValueError, KeyError) as exc:
-            raise TraceFileError(f"{path}: not a readable Iris rank trace ({exc})") from None
-        if meta.get("format") != FORMAT:
-            raise TraceFileError(f"{path}: format {meta.get('format')!r}, expected {FORMAT!r}")
-        if events.dtype != EVENT_DTYPE:
+        arrays = _read_arrays(path, ("meta", "events", "sync_enable"), ("sync_collect",))
+        meta = _parse_meta(path, arrays["meta"])
+        world, rank = meta["world_size"], meta["rank"]
+        events = upgrade(arrays["events"])
+        if events.dtype != EVENT_DTYPE or events.ndim != 1:
             raise TraceFileError(f"{path}: events have dtype {events.dtype}, expected the Iris event dtype")
-        world = meta["world_size"]
-        if sync_enable.shape[:1] != (world,) or sync_enable.ndim != 3 or sync_enable.shape[2] != 4:
-            raise TraceFileError(
-                f"{path}: clock samples of shape {sync_enable.shape} do not fit world size {world}"
-            )
+        _check_events(path, events, world)
+        sync_enable = _check_samples(path, "sync_enable", arrays["sync_enable"], world)
+        sync_collect = arrays.get("sync_collect")
+        if sync_collect is not None:
+            sync_collect = _check_samples(path, "sync_collect", sync_collect, world)
         return cls(
-            rank=meta["rank"],
+            rank=rank,
             world_size=world,
             events=events,
             sync_enable=sync_enable,
             sync_collect=sync_collect,
-            dropped=meta.get("dropped", 0),
-            device=meta.get("device", ""),
-            heap_size=meta.get("heap_size", 0),
-            num_sms=meta.get("num_sms", 0),
-            scope_names={int(k): v for k, v in meta.get("scope_names", {}).items()},
-            command=meta.get("command", ""),
-            clock_domain=meta.get("clock_domain", ""),
+            dropped=meta["dropped"],
+            device=meta["device"],
+            heap_size=meta["heap_size"],
+            num_sms=meta["num_sms"],
+            scope_names=meta["scope_names"],
+            command=meta["command"],
+            clock_domain=meta["clock_domain"],
+            run=meta["run"],
         )
+
+
+def _read_arrays(path: str, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` archive, each header checked against its size before it is read."""
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except FileNotFoundError:
+        raise TraceFileError(f"{path}: no such trace file") from None
+    except OSError as exc:
+        raise TraceFileError(f"{path}: cannot be read ({exc.strerror})") from None
+    if magic != b"PK\x03\x04":  # every .npz is a zip archive
+        raise TraceFileError(
+            f"{path}: not an Iris rank file (a rank<N>.npz written by ctx.tracing.collect(directory) "
+            "or ctx.tracing.export(directory))"
+        )
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = {name.removesuffix(".npy"): name for name in archive.namelist()}
+            missing = [name for name in required if name not in names]
+            if missing:
+                raise TraceFileError(f"{path}: not a readable Iris rank trace (no {', '.join(missing)})")
+            for name in (*required, *(n for n in optional if n in names)):
+                with archive.open(names[name]) as member:
+                    arrays[name] = _read_array(path, name, member, archive.getinfo(names[name]).file_size)
+    except TraceFileError:
+        raise
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        EOFError,
+        OSError,
+        ValueError,
+        NotImplementedError,
+    ) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TraceFileError(f"{path}: damaged or truncated ({reason})") from None
+    except MemoryError:
+        raise TraceFileError(f"{path}: too large to load into memory") from None
+    return arrays
+
+
+def _read_array(path: str, name: str, member, size: int) -> np.ndarray:
+    """One ``.npy`` member, refused when its header disagrees with its size (no allocation first)."""
+    fmt = np.lib.format
+    version = fmt.read_magic(member)
+    if version == (1, 0):
+        shape, fortran, dtype = fmt.read_array_header_1_0(member)
+    elif version == (2, 0):
+        shape, fortran, dtype = fmt.read_array_header_2_0(member)
+    else:
+        raise TraceFileError(f"{path}: {name} has npy format version {version}, which no rank file uses")
+    if dtype.hasobject:
+        raise TraceFileError(f"{path}: {name} holds Python objects, which no rank file does")
+    count = int(np.prod(shape, dtype=object))
+    header = 6 + 2 + (2 if version == (1, 0) else 4)
+    if count * dtype.itemsize > size or size - count * dtype.itemsize > 65536 + header:
+        raise TraceFileError(
+            f"{path}: {name} claims {count} elements of {dtype.itemsize} bytes, but holds {size} bytes"
+        )
+    data = member.read(count * dtype.itemsize)
+    if len(data) != count * dtype.itemsize:
+        raise TraceFileError(f"{path}: {name} is truncated")
+    array = np.frombuffer(data, dtype=dtype)
+    return array.reshape(shape, order="F" if fortran else "C")
+
+
+def _parse_meta(path: str, meta: np.ndarray) -> dict:
+    """The metadata as a dict of well-typed fields, or a :class:`TraceFileError` naming the first bad one."""
+    try:
+        parsed = json.loads(str(meta[()]) if meta.ndim == 0 else "")
+    except (ValueError, TypeError, IndexError):
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise TraceFileError(f"{path}: its metadata is not a JSON object")
+    if parsed.get("format") != FORMAT:
+        raise TraceFileError(f"{path}: format {parsed.get('format')!r}, expected {FORMAT!r}")
+    fields = {
+        "rank": (int, None),
+        "world_size": (int, None),
+        "dropped": (int, 0),
+        "heap_size": (int, 0),
+        "num_sms": (int, 0),
+        "device": (str, ""),
+        "command": (str, ""),
+        "clock_domain": (str, ""),
+        "run": (str, ""),
+        "scope_names": (dict, {}),
+    }
+    out = {}
+    for name, (kind, default) in fields.items():
+        value = parsed.get(name, default)
+        if value is None:
+            raise TraceFileError(f"{path}: its metadata has no {name}")
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise TraceFileError(f"{path}: its metadata's {name} is {value!r}, not {kind.__name__}")
+        out[name] = value
+    if not 1 <= out["world_size"] <= MAX_WORLD or not 0 <= out["rank"] < out["world_size"]:
+        raise TraceFileError(f"{path}: rank {out['rank']} of world size {out['world_size']} is impossible")
+    if min(out["dropped"], out["heap_size"], out["num_sms"]) < 0:
+        raise TraceFileError(f"{path}: its metadata has a negative count")
+    try:
+        out["scope_names"] = {int(k): str(v) for k, v in out["scope_names"].items()}
+    except ValueError:
+        raise TraceFileError(f"{path}: its metadata's scope_names are not keyed by scope number") from None
+    return out
+
+
+def _check_events(path: str, events: np.ndarray, world: int) -> None:
+    if not len(events):
+        return
+    for name in ("start_ns", "end_ns"):
+        if np.abs(events[name]).max() >= MAX_TIMESTAMP or events[name].min() <= -MAX_TIMESTAMP:
+            raise TraceFileError(f"{path}: an event's {name} is beyond any clock's range")
+    if (events["cur_rank"] < 0).any() or (events["cur_rank"] >= world).any():
+        raise TraceFileError(f"{path}: an event's rank is outside the world of {world}")
+    if (events["target_rank"] < -1).any() or (events["target_rank"] >= world).any():
+        raise TraceFileError(f"{path}: an event's target rank is outside the world of {world}")
+    if (events["cu_id"] < 0).any() or (events["event_id"] < 0).any() or (events["pid"] < 0).any():
+        raise TraceFileError(f"{path}: an event has a negative SM, event id or program")
+    if (events["payload_bytes"] < 0).any():
+        raise TraceFileError(f"{path}: an event moved a negative number of bytes")
+
+
+def _check_samples(path: str, name: str, samples: np.ndarray, world: int) -> np.ndarray:
+    if samples.ndim != 3 or samples.shape[0] != world or samples.shape[2] != 4 or samples.shape[1] < 1:
+        raise TraceFileError(f"{path}: clock samples of shape {samples.shape} do not fit world size {world}")
+    if samples.dtype.kind not in "iu":
+        raise TraceFileError(f"{path}: clock samples of dtype {samples.dtype}, expected integers")
+    samples = samples.astype(np.int64)
+    if samples.size and np.abs(samples).max() >= MAX_TIMESTAMP:
+        raise TraceFileError(f"{path}: a clock sample ({name}) is beyond any clock's range")
+    return samples
+
+
+def claim_directory(directory: str, run: str, warn=print) -> str:
+    """Where this run's trace files go: ``directory``, unless a live job of another run writes there.
+
+    The writer leaves a claim (``.iris-run``: run, host, process) in the directory. A
+    claim of a process that has exited, or of this run, is taken over; one of a live job
+    of another run (or another host's) is left alone, and this run writes to
+    ``<directory>-<run>`` instead, saying so through ``warn``. So two jobs started in
+    one folder never mix their rank files.
+
+    Example:
+        >>> claim_directory("iris_traces", "3f2a9c-1")
+        'iris_traces'
+    """
+    os.makedirs(directory, exist_ok=True)
+    mine = {"run": run, "host": socket.gethostname(), "pid": os.getpid()}
+    claim = os.path.join(directory, CLAIM_FILE)
+    holder = _read_claim(claim)
+    if holder is not None and run and not _claim_is_stale(holder, mine):
+        elsewhere = f"{directory.rstrip(os.sep)}-{run}"
+        if warn is not None:
+            warn(
+                f"iris: {directory} holds the traces of run {holder.get('run')!r}, still being written by "
+                f"process {holder.get('pid')} on {holder.get('host')}; this run's go to {elsewhere}",
+                file=sys.stderr,
+            )
+        os.makedirs(elsewhere, exist_ok=True)
+        directory, claim = elsewhere, os.path.join(elsewhere, CLAIM_FILE)
+    with files.replace_atomically(claim, "w") as handle:
+        json.dump(mine, handle)
+    return directory
+
+
+def _read_claim(path: str) -> dict | None:
+    if not os.path.lexists(path):
+        return None
+    try:
+        holder = json.loads(files.read_own(path, 4096))
+    except (OSError, ValueError):
+        return {"run": "?", "host": "?", "pid": -1}  # not ours, or not a claim: not ours to take over
+    return holder if isinstance(holder, dict) else {"run": "?", "host": "?", "pid": -1}
+
+
+def _claim_is_stale(holder: dict, mine: dict) -> bool:
+    same_host = holder.get("host") == mine["host"]
+    if holder.get("run") == mine["run"] or (same_host and holder.get("pid") == mine["pid"]):
+        return True
+    pid = holder.get("pid")
+    return same_host and isinstance(pid, int) and pid > 0 and not pid_alive(pid)
 
 
 class Trace:
@@ -154,6 +342,10 @@ class Trace:
                 raise TraceFileError(
                     f"{name}: world size {rank_trace.world_size}, but {names[0]} has world size {world}"
                 )
+        runs = {rank_trace.run for rank_trace in ranks}
+        if len(runs) > 1:
+            listing = ", ".join(f"{name} (run {r.run or 'unknown'})" for r, name in zip(ranks, names))
+            raise TraceFileError(f"rank files of different runs: {listing}; give the files of one run")
         by_rank = {}
         for rank_trace, name in zip(ranks, names):
             if rank_trace.rank in by_rank:
@@ -164,6 +356,10 @@ class Trace:
             raise TraceFileError(f"world size is {world} but no trace for rank(s) {missing}")
         self.ranks = [by_rank[r] for r in range(world)]
         self.world_size = world
+        #: The run every rank file belongs to (``""`` for files from before runs had ids).
+        self.run = ranks[0].run
+        #: Where :meth:`save` last wrote the rank files (``None`` until it has).
+        self.directory: str | None = None
         reference = self.ranks[0]
         domain = reference.clock_domain
         shared = [bool(domain) and r.clock_domain == domain for r in self.ranks]
@@ -247,5 +443,14 @@ class Trace:
         return names
 
     def save(self, directory: str) -> list[str]:
-        """Write one rank file per rank into ``directory``; returns the paths."""
-        return [r.save(os.path.join(directory, f"rank{r.rank}.npz")) for r in self.ranks]
+        """Write one rank file per rank into ``directory``; returns the paths.
+
+        A directory that a live job of another run writes into is left to it: the files go
+        to ``<directory>-<run>`` (:func:`claim_directory`); :attr:`directory` says where.
+
+        Example:
+            >>> trace.save("iris_traces")
+            ['iris_traces/rank0.npz', 'iris_traces/rank1.npz']
+        """
+        self.directory = claim_directory(directory, self.run)
+        return [r.save(os.path.join(self.directory, f"rank{r.rank}.npz")) for r in self.ranks]

@@ -17,7 +17,10 @@
 #   suite      the test suite at SUITE_SIZES (default 1,2) ranks, one rank per GPU, PYTEST_WORKERS (12) processes;
 #   check      CHECK_TESTS (with -k CHECK_FILTER if set) at CHECK_SIZES ranks (default NRANKS), one rank per GPU;
 #   quickstart the README's quick start (example 13) at 2 ranks, one per GPU; picture and report kept;
-#   topology   scripts/show_topology.py at NRANKS (one node, then nodes of two ranks) and tests/test_topology.py.
+#   topology   scripts/show_topology.py at NRANKS (one node, then nodes of two ranks) and tests/test_topology.py;
+#   trust      upstream's first example (spawn + its own process group) at 2 ranks, one per GPU over NCCL
+#              (sharing GPU 0 over gloo on a one-GPU machine), and scripts/context_rounds.py: ROUNDS (6)
+#              contexts of HEAP_GIB (8) GiB per rank created and dropped, then closed, at 2 ranks.
 # Results land in $OUT (device tool) or ./out.
 set -u
 # shellcheck source=scripts/gpu_env.sh
@@ -30,6 +33,17 @@ if [[ " $parts " == *" shared "* ]]; then
   CUDA_VISIBLE_DEVICES=0 IRIS_RANKS_PER_GPU=4 IRIS_TEST_WORLD_SIZES=${SHARED_SIZES:-1,2,4} timeout "${SHARED_TIMEOUT:-200}" \
     python -m pytest -n 4 -q -p no:cacheprovider -rfE \
     ${TESTS:-tests/test_errors.py tests/test_codegen.py tests/test_stress.py} 2>&1 | tail -12
+fi
+if [[ " $parts " == *" trust "* ]]; then
+  share=()
+  [ "$gpus" -lt 2 ] && share=(env CUDA_VISIBLE_DEVICES=0 IRIS_RANKS_PER_GPU=2)
+  timeout 180 "${share[@]}" python tests/upstream_first_example.py 2 29517 2>&1 | grep -v Warning | tail -5
+  echo "upstream first example: exit ${PIPESTATUS[0]}"
+  for how in "" --close; do
+    timeout 240 "${share[@]}" python -m iris.run -n 2 scripts/context_rounds.py --rounds "${ROUNDS:-6}" \
+      --heap-gib "${HEAP_GIB:-8}" $how 2>&1 | grep -v Warning | tail -16
+    echo "context rounds ${how:-dropped}: exit ${PIPESTATUS[0]}"
+  done
 fi
 if [[ " $parts " == *" check "* ]]; then
   IRIS_TEST_WORLD_SIZES=${CHECK_SIZES:-$ranks} timeout "${CHECK_TIMEOUT:-240}" python -m pytest -n "${CHECK_WORKERS:-4}" -q \

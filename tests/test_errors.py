@@ -106,7 +106,7 @@ def test_shared_gpus_coordinate_through_gloo(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     assert cuda_ipc.CudaBackend().dist_backend == "nccl"
     monkeypatch.setenv("IRIS_RANKS_PER_GPU", "0")
-    with pytest.raises(ValueError, match="IRIS_RANKS_PER_GPU must be a positive integer"):
+    with pytest.raises(ValueError, match="IRIS_RANKS_PER_GPU='0' is not a whole number from 1"):
         iris.config.ranks_per_gpu()
 
 
@@ -136,6 +136,27 @@ def _wait_timeout_body(rank, world_size):
 def test_emulated_wait_without_signal_fails_with_a_clear_error(world_size):
     # Its own pool: the one-second timeout must not reach other tests' ranks.
     get_pool(world_size, IRIS_EMU_WAIT_TIMEOUT="1").run(_wait_timeout_body)
+
+
+@triton.jit
+def wait_with_heap_bases_kernel(flag, heap_bases):
+    iris.wait_until(flag, "eq", 1, heap_bases=heap_bases)
+
+
+def _one_error_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        flag = ctx.zeros(1, dtype=torch.int32)
+        with pytest.raises(iris.WaitTimeoutError) as info:
+            wait_with_heap_bases_kernel[(1,)](flag, ctx.get_heap_bases())
+        error = info.value
+        return type(error).__name__, error.__cause__, error.__context__, error.culprit
+
+
+@pytest.mark.skipif(iris.BACKEND != "emulated", reason="on GPUs the timeout is raised by the host barrier")
+def test_an_emulated_wait_timeout_is_one_iris_error_naming_the_culprit():
+    # Not wrapped in one InterpreterError per @triton.jit frame: the README says to catch this.
+    [(name, cause, context, culprit)] = get_pool(1, IRIS_EMU_WAIT_TIMEOUT="1").run(_one_error_body)
+    assert (name, cause, context, culprit) == ("WaitTimeoutError", None, None, 0)
 
 
 @triton.jit

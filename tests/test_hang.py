@@ -394,3 +394,21 @@ def test_hang_report_cli(tmp_path, capsys):
     assert "waiting in iris.wait_until" in out and "flag >= 2 at heap offset 0x100" in out, out
     assert "signal add 1 -> rank 0 @0x100" in out and "released by: rank 1" in out, out
     assert "likely culprit: rank 1" in out, out
+
+
+def _signal_dumps_body(rank, world_size):
+    import glob
+
+    with iris.iris(1 << 20) as ctx:
+        recorder = ctx.hang.recorder
+        first = ctx.hang.dump("SIGINT")
+        second = ctx.hang.dump("SIGTERM")  # a Ctrl-C'd job is then stopped by its launcher
+        pattern = fmt.dump_path(recorder.directory, recorder.session, rank).replace(".bin", "*.bin")
+        made = sorted(glob.glob(pattern))
+        for path in made:
+            os.unlink(path)
+        return first == second, made == [first]
+
+
+def test_a_ctrl_c_followed_by_sigterm_dumps_once():
+    assert get_pool(1).run(_signal_dumps_body) == [(True, True)]

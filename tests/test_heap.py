@@ -57,12 +57,18 @@ def _layout_body(rank, world_size):
         timeout_ns = context[layout.flight_slot(world_size, flight.SLOT_TIMEOUT_NS)]
         assert timeout_ns == 7_500_000_000
         # The kernels' accessors read the same slots, from heap_bases (traced and untraced).
-        for heap_bases in (ctx.get_heap_bases(), ctx.heap_bases):
-            out = ctx.full((6,), -1, dtype=torch.int64)
-            layout_kernel[(1,)](out, heap_bases)
-            # The heap-size slot bounds IRIS_DEBUG's checks: the user's bytes plus Iris's reserved state.
-            expected = [rank, world_size, ctx.heap.base, ctx.heap.mapped_size, 1, timeout_ns]
-            assert out.tolist() == expected and ctx.heap.mapped_size >= (1 << 20) + ctx.heap.reserved
+        # The heap-size slot bounds IRIS_DEBUG's checks: the user's bytes in the user's context,
+        # the whole mapping (Iris's reserved state too) in the copy Iris's own kernels take.
+        views = {
+            ctx.heap.size: (ctx.get_heap_bases(), ctx.heap_bases),
+            ctx.heap.mapped_size: (ctx._heap_bases_for_iris(), ctx._iris_heap_bases),
+        }
+        for heap_size, heap_bases_views in views.items():
+            for heap_bases in heap_bases_views:
+                out = ctx.full((6,), -1, dtype=torch.int64)
+                layout_kernel[(1,)](out, heap_bases)
+                assert out.tolist() == [rank, world_size, ctx.heap.base, heap_size, 1, timeout_ns]
+        assert ctx.heap.size == 1 << 20 and ctx.heap.mapped_size >= (1 << 20) + ctx.heap.reserved
         ctx.tracing.disable()
 
 

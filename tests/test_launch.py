@@ -1,6 +1,8 @@
 """Launching ranks: ``python -m iris.run`` on every example, failure handling, ``iris.spawn``."""
 
 import os
+import signal
+import stat
 import subprocess
 import sys
 import time
@@ -240,3 +242,92 @@ def test_a_traced_job_that_never_closes_exits_cleanly_every_time(tmp_path):
         assert result.returncode == 0, (attempt, result.stderr[-3000:])
         assert result.stdout.count("done") == SMALL_WORLD and "terminate" not in result.stderr
         assert not list(hang_dir.glob("iris-flight-*")), "a flight file outlived its process"
+
+
+# ---------------------------------------------------------------- the store, and ranks that die
+def _listening_on(port: int) -> list[str]:
+    """The addresses that sockets in LISTEN state on ``port`` are bound to (IPv4 and IPv6)."""
+    found = []
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        with open(table) as handle:
+            for line in handle.read().splitlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.split(":")
+                if state == "0A" and int(hex_port, 16) == port:
+                    found.append("127.0.0.1" if address == "0100007F" else address[:width])
+    return found
+
+
+def test_the_launchers_store_listens_on_loopback_only():
+    from iris.launch import host_rendezvous_store
+
+    store = host_rendezvous_store()
+    assert _listening_on(store.port) == ["127.0.0.1"]
+
+
+KEEPS_MEETING = """
+import os, sys, time
+import iris
+ctx = iris.iris(1 << 20)
+with open(os.path.join(sys.argv[1], f"rank{ctx.get_rank()}.pid"), "w") as handle:
+    handle.write(str(os.getpid()))
+while True:
+    ctx.barrier()
+    time.sleep(0.02)
+"""
+
+
+def _wait_for_pids(directory, count: int, launcher) -> list[int]:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and launcher.poll() is None:
+        written = sorted(directory.glob("rank*.pid"))
+        if len(written) == count and all(p.read_text() for p in written):
+            return [int(p.read_text()) for p in written]
+        time.sleep(0.1)
+    raise AssertionError(f"the ranks did not start: {launcher.communicate()[1][-2000:]}")
+
+
+@pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_rank_killed_mid_run_is_named_and_leaves_only_private_dumps(tmp_path, signum):
+    from iris_trace.flight_file import pid_alive
+
+    script, pids, hang, shm = tmp_path / "meet.py", tmp_path / "pids", tmp_path / "hang", tmp_path / "shm"
+    for folder in (pids, hang, shm):
+        folder.mkdir()
+    script.write_text(KEEPS_MEETING)
+    env = {**os.environ, "IRIS_HANG_DIR": str(hang), "IRIS_EMU_SHM_DIR": str(shm)}
+    command = [sys.executable, "-m", "iris.run", "-n", "2", "-t", "200", str(script), str(pids)]
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    ranks = _wait_for_pids(pids, 2, launcher)
+    os.kill(ranks[1], signum)
+    killed = time.monotonic()
+    _, stderr = launcher.communicate(timeout=60)
+    assert time.monotonic() - killed < 10, "the job took longer than 10 s to end"
+    assert not any(pid_alive(pid) for pid in ranks)
+    assert launcher.returncode == 128 + signum
+    assert f"iris.run: rank 1 was killed by {signum.name}" in stderr
+    if signum != signal.SIGINT:  # a Ctrl-C'd rank closes its context first: it is not "gone"
+        assert "likely culprit: rank 1" in stderr, stderr[-3000:]
+    assert not list(shm.iterdir())
+    left = sorted(hang.iterdir())
+    assert left and all(p.name.startswith("iris-hang-") for p in left), left
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in left)
+
+
+def test_a_rank_that_exits_with_a_status_is_named_with_it(tmp_path):
+    script = tmp_path / "fail.py"
+    script.write_text(
+        "import os, sys, time\nif os.environ['RANK'] == '1':\n    sys.exit(3)\ntime.sleep(60)\n"
+    )
+    command = [sys.executable, "-m", "iris.run", "-n", "2", str(script)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3 and "iris.run: rank 1 exited with status 3" in result.stderr
+
+
+def test_a_rank_ended_by_a_crash_is_named_with_what_to_try():
+    from iris.run import describe_exit, shell_status
+
+    assert describe_exit(1, -signal.SIGSEGV).startswith("rank 1 was killed by SIGSEGV (signal 11): ")
+    assert "IRIS_DEBUG=1" in describe_exit(1, -signal.SIGSEGV)
+    assert (shell_status(-signal.SIGKILL), shell_status(3), shell_status(0)) == (137, 3, 0)

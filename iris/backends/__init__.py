@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from .. import _env
 from .base import Allocation, Backend
 
 _BACKENDS = ("cuda", "emulated")
@@ -16,9 +17,7 @@ _BACKENDS = ("cuda", "emulated")
 
 def choose_backend_name() -> str:
     """Read ``IRIS_BACKEND`` or pick ``cuda`` when a GPU is visible, else ``emulated``."""
-    requested = os.environ.get("IRIS_BACKEND", "").strip().lower()
-    if requested and requested not in _BACKENDS:
-        raise ValueError(f"IRIS_BACKEND={requested!r} is not one of {', '.join(_BACKENDS)}")
+    requested = _env.choice("IRIS_BACKEND", "", _BACKENDS)
     if requested:
         return requested
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):

@@ -99,13 +99,36 @@ def _patch_launch_hooks() -> None:
         return
 
     def run(self, *args, **kwargs):
-        result = original(self, *args, **kwargs)
-        for hook in AFTER_LAUNCH:
-            hook()
-        return result
+        try:
+            result = original(self, *args, **kwargs)
+        except Exception as error:
+            fault = _device_fault(error)
+            if fault is None:
+                raise
+        else:
+            for hook in AFTER_LAUNCH:
+                hook()
+            return result
+        # The interpreter wraps an error once per @triton.jit frame it passes through (five
+        # deep for a wait inside a collective): the user gets Iris's own, once, raised here.
+        fault.__cause__ = fault.__context__ = None
+        raise fault.with_traceback(None)
 
     run._iris_hooked = True
     cls.run = run
+
+
+def _device_fault(error: BaseException):
+    """The Iris device fault (a wait timeout, a failed debug check) an interpreter error wraps, if any."""
+    from ..errors import DeviceCheckError, WaitTimeoutError
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, (WaitTimeoutError, DeviceCheckError)):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 class _LaunchPatches:

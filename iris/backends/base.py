@@ -66,6 +66,20 @@ def names_device(requested: torch.device, device: torch.device) -> bool:
     return requested.index is None or requested.index == device.index
 
 
+def describe_bytes(nbytes: int) -> str:
+    """A byte count as a person reads it: ``1.5 GiB``, ``64 MiB``, ``512 bytes``.
+
+    Example:
+        >>> describe_bytes(3 << 29)
+        '1.5 GiB'
+    """
+    units = (("EiB", 60), ("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10))
+    for unit, shift in units:
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):.3g} {unit}"
+    return f"{nbytes} bytes"
+
+
 class Backend(ABC):
     """Memory, device and synchronisation primitives of one execution backend."""
 
@@ -146,6 +160,14 @@ class Backend(ABC):
             4.8
         """
         return 0.0
+
+    def heap_problem(self, nbytes: int, device: torch.device) -> str:
+        """Why a heap of ``nbytes`` per rank cannot be made here (one line), or ``""`` if it can.
+
+        Asked on every rank before anything is allocated, so that a heap the machine cannot
+        back fails at once with the room there is, not later with an allocator's error.
+        """
+        return ""
 
     @abstractmethod
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
+import weakref
 
 import torch
 
 from .. import config
 from . import _cuda_topology
-from .base import Allocation, Backend, CopyLanes
+from .base import Allocation, Backend, CopyLanes, describe_bytes
 
 
 def _runtime():
@@ -52,9 +54,14 @@ def _handle_from_bytes(data: bytes):
 
 
 class _DeviceBuffer:
-    """Exposes a raw device pointer to torch through ``__cuda_array_interface__``."""
+    """Exposes a raw device pointer to torch through ``__cuda_array_interface__``.
 
-    def __init__(self, address: int, nbytes: int):
+    With ``owned``, the buffer frees the memory (``cudaFree``) when it goes, and the
+    tensors torch makes of it keep it alive: the heap's memory is returned once neither
+    the context nor any tensor of the heap is left, and never while a tensor still views it.
+    """
+
+    def __init__(self, address: int, nbytes: int, owned: bool = False):
         self.__cuda_array_interface__ = {
             "shape": (nbytes,),
             "typestr": "|u1",
@@ -62,6 +69,17 @@ class _DeviceBuffer:
             "version": 3,
             "strides": None,
         }
+        if owned:
+            weakref.finalize(self, _free_device_memory, address)
+
+
+def _free_device_memory(address: int) -> None:
+    # cudaFree waits for the work queued on the memory; an error (a device already
+    # gone at exit) has nowhere to go but the log.
+    try:
+        _check(_runtime().cudaFree(address), "cudaFree")
+    except Exception as error:  # noqa: BLE001 - called by the garbage collector
+        sys.stderr.write(f"iris: freeing the heap at {address:#x} failed: {error}\n")
 
 
 class _StreamLanes(CopyLanes):
@@ -179,6 +197,20 @@ class CudaBackend(Backend):
         # %globaltimer is per GPU: ranks on one GPU (IRIS_RANKS_PER_GPU) share it.
         return f"gpu:{torch.cuda.get_device_properties(device).uuid}"
 
+    def heap_problem(self, nbytes: int, device: torch.device) -> str:
+        padded = -(-nbytes // _PAGE) * _PAGE
+        sharing = config.ranks_per_gpu() if self.shares_devices(config.local_world_size()) else 1
+        free, total = torch.cuda.mem_get_info(device)
+        if padded * sharing <= free:
+            return ""
+        ranks = (
+            f" ({describe_bytes(padded * sharing)} for the {sharing} ranks sharing it)" if sharing > 1 else ""
+        )
+        return (
+            f"a heap of {describe_bytes(padded)} per rank{ranks} does not fit on {device}, which has "
+            f"{describe_bytes(free)} of {describe_bytes(total)} free: lower heap_size"
+        )
+
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
         runtime = _runtime()
         # Whole 2 MiB pages: the allocation is never sub-allocated, so its IPC handle
@@ -186,7 +218,7 @@ class CudaBackend(Backend):
         padded = -(-nbytes // _PAGE) * _PAGE
         address = int(_check(runtime.cudaMalloc(padded), f"cudaMalloc({padded} bytes)"))
         handle = _check(runtime.cudaIpcGetMemHandle(address), "cudaIpcGetMemHandle")
-        tensor = torch.as_tensor(_DeviceBuffer(address, nbytes), device=device)
+        tensor = torch.as_tensor(_DeviceBuffer(address, nbytes, owned=True), device=device)
         return Allocation(tensor=tensor, handle=_handle_to_bytes(handle), owner=address)
 
     def map_peer(self, handle, nbytes: int, device: torch.device):
@@ -204,8 +236,7 @@ class CudaBackend(Backend):
         _check(_runtime().cudaIpcCloseMemHandle(token), "cudaIpcCloseMemHandle")
 
     def free(self, allocation: Allocation) -> None:
-        torch.cuda.synchronize()
-        _check(_runtime().cudaFree(allocation.owner), "cudaFree")
+        pass  # the memory goes with the last tensor of it (_DeviceBuffer)
 
     def host_visible_zeros(self, count: int, dtype: torch.dtype) -> tuple[torch.Tensor, int]:
         # Pinned memory is mapped into every GPU's address space; unlike a registered

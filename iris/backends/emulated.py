@@ -11,13 +11,16 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import re
 import socket
-import tempfile
 
 import torch
 
+from iris_trace import files
+
+from .. import _env
 from . import _interpreter_compat
-from .base import Allocation, Backend, CopyLanes
+from .base import Allocation, Backend, CopyLanes, describe_bytes
 
 #: SMs reported by ``get_cu_count()``; tracing maps program ids onto them.
 DEFAULT_VIRTUAL_SMS = 8
@@ -25,29 +28,66 @@ DEFAULT_VIRTUAL_SMS = 8
 
 def virtual_sm_count() -> int:
     """SMs the emulator pretends to have (``IRIS_EMU_NUM_SMS``, default 8)."""
-    return int(os.environ.get("IRIS_EMU_NUM_SMS", DEFAULT_VIRTUAL_SMS))
+    return _env.integer("IRIS_EMU_NUM_SMS", DEFAULT_VIRTUAL_SMS, minimum=1, maximum=4096)
 
 
 def _shm_dir() -> str:
-    configured = os.environ.get("IRIS_EMU_SHM_DIR")
-    if configured:
-        return configured
-    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    """Where the heap files go: ``IRIS_EMU_SHM_DIR``, else this user's own ``/dev/shm/iris-<uid>``."""
+    return _env.directory("IRIS_EMU_SHM_DIR") or files.private_directory()
+
+
+_HEAP_PREFIX = "iris-heap-"
+_HEAP_NAME = re.compile(r"iris-heap-[0-9a-f]+-rank\d+-pid(?P<pid>\d+)$")
+
+
+def _heap_path(directory: str, tag: str) -> str:
+    # The creator's pid in the name: a file whose creator died during set-up (before
+    # every peer mapped it and the name was removed) is found and removed by the next start.
+    return os.path.join(directory, f"{_HEAP_PREFIX}{tag}-pid{os.getpid()}")
+
+
+def _remove_stale_heaps(directory: str) -> None:
+    """Delete heap files of this user's that a process which is gone left behind."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        match = _HEAP_NAME.match(name)
+        path = os.path.join(directory, name)
+        if match and files.is_own_file(path) and not _alive(int(match["pid"])):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _map_file(path: str, nbytes: int, create: bool) -> tuple[mmap.mmap, torch.Tensor]:
-    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-    fd = os.open(path, flags, 0o600)
+    if create:
+        fd = files.create_exclusive(path, nbytes)
+    else:
+        fd = files.open_own(path, max_bytes=nbytes, writable=True)
     try:
-        if create:
-            os.ftruncate(fd, nbytes)
-        elif os.fstat(fd).st_size != nbytes:
-            raise RuntimeError(
-                f"iris (emulated): peer heap {path} has {os.fstat(fd).st_size} bytes, expected {nbytes}"
-            )
+        size = os.fstat(fd).st_size
+        if size != nbytes:
+            raise RuntimeError(f"iris (emulated): peer heap {path} has {size} bytes, expected {nbytes}")
         region = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    finally:
+    except BaseException:
         os.close(fd)
+        if create:
+            os.unlink(path)
+        raise
+    os.close(fd)
     # torch.frombuffer keeps the mmap alive for as long as any view of the heap exists,
     # so dropping Iris's own reference can never leave a dangling pointer.
     return region, torch.frombuffer(region, dtype=torch.uint8)
@@ -142,8 +182,23 @@ class EmulatedBackend(Backend):
         # Interpreted kernels read the host's clock: every rank of a host shares it.
         return f"host:{socket.gethostname()}"
 
+    def heap_problem(self, nbytes: int, device: torch.device) -> str:
+        directory = _shm_dir()
+        _remove_stale_heaps(directory)
+        ranks = _env.local_world_size()
+        info = os.statvfs(directory)
+        free = info.f_bavail * info.f_frsize
+        if nbytes * ranks <= free:
+            return ""
+        each, all_ranks, room = describe_bytes(nbytes), describe_bytes(nbytes * ranks), describe_bytes(free)
+        return (
+            f"a heap of {each} per rank ({all_ranks} for the {ranks} rank(s) of this host) does not fit "
+            f"in {directory}, which has {room} free: lower heap_size, or set IRIS_EMU_SHM_DIR to a "
+            "directory with room (in Docker, --shm-size raises /dev/shm's 64 MiB)"
+        )
+
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
-        path = os.path.join(_shm_dir(), f"iris-{tag}")
+        path = _heap_path(_shm_dir(), tag)
         region, tensor = _map_file(path, nbytes, create=True)
         return Allocation(tensor=tensor, handle=path, owner=[region, path])
 
@@ -154,9 +209,11 @@ class EmulatedBackend(Backend):
     def after_all_mapped(self, allocation: Allocation) -> None:
         # Every peer holds its own mapping now; removing the name means nothing is
         # left behind in /dev/shm even if a rank is killed later.
-        path = allocation.owner[1]
-        if os.path.exists(path):
-            os.unlink(path)
+        if allocation.owner:
+            try:
+                os.unlink(allocation.owner[1])
+            except FileNotFoundError:
+                pass
 
     def unmap_peer(self, token) -> None:
         pass  # the mapping goes away with the last tensor that references it

@@ -14,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from .all_gather import all_gather as _all_gather
@@ -70,7 +72,8 @@ class CCL:
     """
 
     def __init__(self, ctx):
-        self._ctx = ctx
+        # A proxy: the context's parts must not keep it alive (see Iris.close).
+        self._ctx = weakref.proxy(ctx)
         self._runtime = Runtime(ctx)
 
     def _done(self, async_op: bool):

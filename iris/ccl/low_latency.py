@@ -237,7 +237,7 @@ def low_latency_launch(runtime, state, mode: str, out, inp, config, op=None, row
     in_stride, out_stride = (s * size // 4 for s in strides)
     args = (
         out, inp, words, cols, in_stride, out_stride,
-        state.ranks, state.my_index, runtime.ctx.cur_rank, runtime.ctx.get_heap_bases(),
+        state.ranks, state.my_index, runtime.ctx.cur_rank, runtime.ctx._heap_bases_for_iris(),
         state.size, BLOCK_WORDS, op.value if op is not None else "sum",
         slots, slots.shape[-1], runtime.protocol_calls, scatter, reduce, rows > 1,
     )  # fmt: skip

@@ -12,6 +12,7 @@ the common case of a training or decode loop.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -76,7 +77,8 @@ class Runtime:
     """The collectives' shared state on one rank (created with the :class:`~iris.Iris` object)."""
 
     def __init__(self, ctx):
-        self.ctx = ctx
+        # A proxy: the context's parts must not keep it alive (see Iris.close).
+        self.ctx = weakref.proxy(ctx)
         self.max_programs = ctx.get_cu_count()
         # In the heap's reserved region, carved at start-up on every rank: subgroups that
         # only some ranks use cannot make the heap asymmetric, and the user's heap_size
@@ -259,7 +261,7 @@ class Runtime:
             ctx.cur_rank,
             ctx.num_ranks,
             self.max_programs,
-            ctx.get_heap_bases(),
+            ctx._heap_bases_for_iris(),
             state.size,
         )
 

@@ -13,21 +13,15 @@ import triton.language as tl
 
 from ..backends.emulated import RemoteWrites, virtual_sm_count
 from ..config import emulated_wait_timeout, wait_timeout
+from ..errors import DeviceCheckError, WaitTimeoutError
 
 #: Under the interpreter every wait can read the current global timeout at run time.
 HAS_STATIC_TIMEOUT = True
 
 
-class DeviceError(RuntimeError):
-    """A device-side check failed (debug mode)."""
-
-
-class WaitTimeout(RuntimeError):
-    """A spin-wait exceeded the wait timeout (``IRIS_WAIT_TIMEOUT``, ``IRIS_EMU_WAIT_TIMEOUT``)."""
-
-
 #: Adds the cross-rank view (who should have released the flag) to a timeout's message;
-#: installed by ``iris.hang`` once a context exists. Takes the facts dict, returns text.
+#: installed by ``iris.hang`` once a context exists. Takes the facts dict, returns
+#: ``(text, culprit rank or None)``.
 _describe_hang = None
 
 
@@ -66,7 +60,7 @@ def spin_check(start, pointer, seen, expected, op):
     if time.monotonic_ns() - started_ns <= timeout * 1e9:
         return
     address = int(_values(pointer).reshape(-1)[0])
-    raise WaitTimeout(
+    raise WaitTimeoutError(
         f"{op} waited {timeout:g} s on the flag at address {address:#x}: last seen "
         f"{_values(seen).reshape(-1)[0]}, waiting for {_values(expected).reshape(-1)[0]}. "
         "Under the emulation backend the programs of one launch run one after another, so a "
@@ -77,7 +71,7 @@ def spin_check(start, pointer, seen, expected, op):
 
 def device_check(condition, message):
     if not np.all(_values(condition)):
-        raise DeviceError(str(getattr(message, "value", message)))
+        raise DeviceCheckError(str(getattr(message, "value", message)))
 
 
 def timer_ns():
@@ -184,9 +178,11 @@ def wait_expired(won, rank, sm, pid, op, offset, expected, seen, cmp, waited_ns,
         f"{facts['seen']}, waiting for {facts['cmp']} {facts['expected']} "
         f"({who}SM {facts['sm']}, program {facts['pid']})."
     )
+    culprit = None
     if _describe_hang is not None and facts["rank"] >= 0:
         try:
-            message += " " + _describe_hang(facts)
+            text, culprit = _describe_hang(facts)
+            message += " " + text
         except Exception as error:  # noqa: BLE001 - the timeout itself must still be reported
             message += f" (no cross-rank report: {error!r})"
     message += (
@@ -194,4 +190,4 @@ def wait_expired(won, rank, sm, pid, op, offset, expected, seen, cmp, waited_ns,
         "program cannot wait for another program of the same launch; otherwise no rank released "
         "this flag (set IRIS_WAIT_TIMEOUT to wait longer)."
     )
-    raise WaitTimeout(message)
+    raise WaitTimeoutError(message, culprit=culprit)

@@ -81,6 +81,16 @@ def heap_bases_slots(world_size: int) -> slice:
     return slice(HEADER_SLOTS, HEADER_SLOTS + world_size)
 
 
+def heap_size_slot(world_size: int) -> int:
+    """Index in the context tensor of the heap size (the bytes ``IRIS_DEBUG``'s bounds check allows).
+
+    Example:
+        >>> context[layout.heap_size_slot(4)]
+        tensor(1073741824)
+    """
+    return HEADER_SLOTS + world_size
+
+
 def tracing_slot(world_size: int, slot: int) -> int:
     """Index in the context tensor of tracing slot ``slot`` (``iris_trace.schema.SLOT_*``).
 
@@ -191,7 +201,10 @@ def heap_base(heap_bases, rank):
 
 @triton.jit
 def heap_size(heap_bases):
-    """Bytes of each rank's heap mapping, reserved region included (int64).
+    """Bytes from the heap base that ``IRIS_DEBUG``'s bounds check allows (int64).
+
+    The user's heap in the context users pass; the whole mapping, Iris's reserved region
+    included, in the copy Iris's own kernels take (``Iris._heap_bases_for_iris``).
 
     Example:
         >>> inside = (offset >= 0) & (offset < layout.heap_size(heap_bases))

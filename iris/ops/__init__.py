@@ -45,6 +45,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import weakref
 
 import torch
 import triton
@@ -122,7 +123,8 @@ class Ops:
     """
 
     def __init__(self, ctx):
-        self._ctx = ctx
+        # A proxy: the context's parts must not keep it alive (see Iris.close).
+        self._ctx = weakref.proxy(ctx)
         self._buffers: dict[tuple, torch.Tensor] = {}
         self._plans = LaunchCache(MAX_PLANS)
         self._epoch = None
@@ -316,7 +318,7 @@ class Ops:
         if variant == "fused":
             variant = "producer_consumer" if cfg.consumer_warps else "workgroup_specialized"
         num_sms = ctx.get_cu_count()
-        heap_bases = ctx.get_heap_bases()
+        heap_bases = ctx._heap_bases_for_iris()
         tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
         entry, epoch = self._flags("entry", world), self._epoch_counter()
         gemm = gemm_launch_options(cfg, K)
@@ -390,7 +392,7 @@ class Ops:
         steps.append(PreparedLaunch(
             all_gather_matmul_kernel, (num_sms,),
             (a_shard, gathered, B, out, flags, epoch, M, N, K, *a_shard.stride(), *B.stride(),
-             *out.stride(), rank, world, ctx.get_heap_bases(), comm, parts),
+             *out.stride(), rank, world, ctx._heap_bases_for_iris(), comm, parts),
             dict(COMM_K=cfg.block_k, **gemm_launch_options(cfg, K)),
         ))  # fmt: skip
         if not async_op:
@@ -426,7 +428,7 @@ class Ops:
         steps = [PreparedLaunch(
             gemm_reduce_kernel, (num_sms,),
             (A, B, partial, out, counters, M, N, K, *A.stride(), *B.stride(), *partial.stride(),
-             *out.stride(), rank, world, ctx.get_heap_bases(), num_sms - comm),
+             *out.stride(), rank, world, ctx._heap_bases_for_iris(), num_sms - comm),
             dict(COMM_ROWS=cfg.comm_rows, SCATTER=scatter, **gemm_launch_options(cfg, K)),
         )]  # fmt: skip
         if not async_op:
@@ -461,7 +463,7 @@ class Ops:
         steps = [ctx.device_barrier, PreparedLaunch(
             pull_gather_matmul_kernel, (tiles,),
             (A, B, out, bias if has_bias else out, M, N, K_local, *A.stride(), *B.stride(),
-             *out.stride(), bias.stride(0) if has_bias else 0, rank, world, ctx.get_heap_bases()),
+             *out.stride(), bias.stride(0) if has_bias else 0, rank, world, ctx._heap_bases_for_iris()),
             dict(HAS_BIAS=has_bias, **options),
         )]  # fmt: skip
         # Peers read this rank's shard until they finish: only a barrier tells that they have.
@@ -490,7 +492,7 @@ class Ops:
         launch = PreparedLaunch(
             tile_reduce_scatter_kernel, (tiles,),
             (A, B, partial, out, locks, M, N, K, *A.stride(), *B.stride(), *partial.stride(),
-             *out.stride(), ctx.get_device_context(), rank, world),
+             *out.stride(), ctx._device_context_for_iris(), rank, world),
             options,
         )  # fmt: skip
         # The locks are 0/1 flags (upstream's protocol): zeroed on every rank before any
@@ -555,7 +557,7 @@ class Ops:
             all_scatter_kernel,
             (ctx.get_cu_count(),),
             (block, self._flags("entry", world), self._epoch_counter(), *block.shape, *block.stride(),
-             ctx.get_rank(), world, ctx.get_heap_bases()),
+             ctx.get_rank(), world, ctx._heap_bases_for_iris()),
             dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, COMM_ROWS=cfg.comm_rows, num_warps=cfg.num_warps),
         )  # fmt: skip
 

@@ -89,7 +89,7 @@ class _Handshake:
         ctx = ops._ctx
         self.ctx, self.engine = ctx, ctx.copy_engine
         self.rank, self.world = ctx.get_rank(), ctx.get_num_ranks()
-        bases = ctx.get_heap_bases()
+        bases = ctx._heap_bases_for_iris()
         self.epoch = ops._epoch_counter()
         self.entry, self.landed = ops._flags("entry", self.world), ops._flags("landed", self.world)
         self.peers = [(self.rank + i) % self.world for i in range(1, self.world)]

@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 
+from .. import files
 from ..events import event_name, lane_name
 from ..trace import Trace
 from .common import ARGS, WAIT_ARGS, counter_rows, trace_metadata, wait_split
@@ -34,7 +35,7 @@ def write_chrome_json(trace: Trace, path: str, chunk_events: int = 1 << 18, prog
     waits = np.flatnonzero(releasers >= 0)
     split = wait_split(trace, waits)
     names = {int(e): event_name(int(e), trace.scope_names) for e in np.unique(events["event_id"])}
-    with open(path, "w") as f:
+    with files.replace_atomically(path, "w") as f:
         f.write('{"displayTimeUnit": "ns",\n"metadata": ')
         json.dump(trace_metadata(trace, base), f)
         f.write(',\n"traceEvents": [\n')

@@ -31,6 +31,7 @@ import numpy as np
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
+from .. import files
 from ..events import EVENT_NAMES, SCOPE_BASE, event_name, lane_name
 from ..lanes import stable_order
 from ..trace import Trace
@@ -83,7 +84,7 @@ def write_perfetto(trace: Trace, path: str, chunk_events: int = 1 << 20, progres
     lanes = trace.lanes
     waits = np.flatnonzero(trace.releasers >= 0)
     sources = trace.releasers[waits]
-    with open(path, "wb") as f:
+    with files.replace_atomically(path) as f:
         builder = StreamingTraceProtoBuilder(f)
         tracks = _write_descriptors(builder, trace, events, lanes)
         _write_interned(builder, trace)

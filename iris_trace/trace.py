@@ -184,12 +184,13 @@ def _read_array(path: str, name: str, member, size: int) -> np.ndarray:
     """One ``.npy`` member, refused when its header disagrees with its size (no allocation first)."""
     fmt = np.lib.format
     version = fmt.read_magic(member)
-    if version == (1, 0):
-        shape, fortran, dtype = fmt.read_array_header_1_0(member)
-    elif version == (2, 0):
-        shape, fortran, dtype = fmt.read_array_header_2_0(member)
-    else:
+    if version not in ((1, 0), (2, 0)):
         raise TraceFileError(f"{path}: {name} has npy format version {version}, which no rank file uses")
+    try:
+        read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, fortran, dtype = read_header(member)
+    except Exception as error:  # noqa: BLE001 - numpy parses the header as Python: any error means damage
+        raise TraceFileError(f"{path}: {name} has an unreadable header ({type(error).__name__})") from None
     if dtype.hasobject:
         raise TraceFileError(f"{path}: {name} holds Python objects, which no rank file does")
     count = int(np.prod(shape, dtype=object))

@@ -160,6 +160,24 @@ def test_an_emulated_wait_timeout_is_one_iris_error_naming_the_culprit():
 
 
 @triton.jit
+def wait_with_heap_bases_by_position_kernel(flag, heap_bases):
+    iris.wait_until(flag, "eq", 0, heap_bases)  # lands in scope's place
+
+
+def _positional_heap_bases_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        flag = ctx.zeros(1, dtype=torch.int32)
+        with pytest.raises(Exception, match="pass heap_bases by name"):
+            wait_with_heap_bases_by_position_kernel[(1,)](flag, ctx.get_heap_bases())
+        return True
+
+
+def test_heap_bases_passed_to_wait_until_by_position_is_refused():
+    # The README's old table gave heap_bases as the fourth argument; it is scope's place.
+    assert get_pool(1).run(_positional_heap_bases_body) == [True]
+
+
+@triton.jit
 def store_to_rank_kernel(buf, target, cur_rank, heap_bases):
     offsets = tl.arange(0, 4)
     iris.store(buf + offsets, offsets, cur_rank, target, heap_bases)

@@ -788,6 +788,18 @@ def signal(
     )
 
 
+@triton.constexpr_function
+def _known_scope(scope, op):
+    # Checked at compile time: heap_bases passed by position lands here, in scope's place, and
+    # would otherwise be taken silently (losing the timeout's report and the wait's trace).
+    if not isinstance(scope, str) or scope not in ("sys", "gpu", "cta"):
+        raise TypeError(
+            f"{op}: scope must be 'sys', 'gpu' or 'cta', got a {type(scope).__name__}; pass heap_bases "
+            "by name: wait_until(ptr, cmp, value, heap_bases=heap_bases)"
+        )
+    return scope
+
+
 @triton.jit
 def _satisfied(seen, cmp: tl.constexpr, value):
     if cmp == "eq":
@@ -912,6 +924,7 @@ def wait_until(
         >>> iris.wait_until(flag, "ge", round + 1, heap_bases=heap_bases)
         >>> data = tl.load(buf + offs)
     """
+    _known_scope(scope, op)
     if heap_bases is not None:
         start = tracing.begin(heap_bases)
         caller = layout.cur_rank(heap_bases)

@@ -580,7 +580,7 @@ def first_flag_notes(seen_latency: list[dict]) -> list[str]:
     A releaser's first release to a rank, seen within :data:`FIRST_FLAG_WAKE_NS` of its
     issue and at least :data:`FIRST_FLAG_MIN_EXTRA_NS` later than the pair's fastest, is
     what a flag meets when the NVLink links it crosses slept (no traffic for 50 ms or
-    more) and had to wake (measured by ``scripts/flag_latency_probe.py``): not the
+    more) and had to wake (measured by a probe; docs/tracing.md, "Links that sleep"): not the
     program's doing, and ``Iris.wake_links`` before the call avoids it.
 
     Example:

@@ -153,7 +153,7 @@ def test_the_cross_node_path_links_nvshmem_into_every_kernel(routing):
     for line in lines:
         assert "nvshmem_state=True" in line and "unresolved=[]" in line and "cubin=True" in line, line
         # The thread-0 atomics share their result behind CTA barriers; a CAS retry loop
-        # entered at two blocks would leave threads at different barriers (docs/notes.md).
+        # entered at two blocks would leave threads at different barriers (docs/design.md).
         # Per op, the wait loops hold both paths and LLVM gives them several entries; their
         # branches are uniform over the CTA, so that count is not a hazard there.
         if not routing:

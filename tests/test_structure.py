@@ -1,7 +1,9 @@
-"""The trace side's import arrows point down (docs/layout.md): no cycles, no reach into ``iris``."""
+"""The trace side's import arrows point down (docs/layout.md): no cycles, no reach into ``iris``; and
+that page names every module."""
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -75,3 +77,16 @@ def test_the_trace_modules_import_each_other_without_cycles():
 
     for name in sorted(edges):
         visit(name, [])
+
+
+def test_the_layout_page_names_every_module():
+    root = PACKAGE.parent
+    page = (root / "docs" / "layout.md").read_text()
+    unnamed = [
+        str(path.relative_to(root))
+        for package in ("iris", "iris_trace")
+        for path in (root / package).rglob("*.py")
+        if not re.search(rf"(?<![\w.]){re.escape(path.name)}\b|(?<![\w.]){re.escape(path.stem)}/", page)
+        and path.name != "__init__.py"
+    ]
+    assert not unnamed, f"docs/layout.md does not name {unnamed}"

@@ -19,11 +19,11 @@ round on top of the transfer (estimated from the all_reduce and reduce_scatter
 times, which move 96 and 48 KiB per round and program), so a round must move much
 data. The round
 count only grows across calls (kept in this rank's own arrived slot,
-``arrived[p][cur_rank]``), so the flags need no reset and CUDA graphs replay the
+``arrived[p][cur_rank]`), so the flags need no reset and CUDA graphs replay the
 kernel. Round ``q`` uses half ``q % 2`` of the program's slots. A sender rewrites
 a half at round ``q + 2`` only after its own round ``q + 1``, which waited for
 every member's round ``q + 1`` arrival, which each member raised only after
-reducing round ``q``: two halves are enough, with no acknowledgement.
+reducing round ``q`: two halves are enough, with no acknowledgement.
 
 Inputs are only read by their own rank, so nothing guards them at the end. A
 member's arrival in this call also tells that it entered the call, so the results
@@ -35,10 +35,10 @@ The receive slots are shared by every pushed call and the round counts must agre
 between ranks, so, like the staged protocol, only the whole-world group pushes.
 
 What it buys: no handshakes, and stores only (remote stores outrun remote loads over
-NVLink). Measured on 4 x H200 (``benchmarks/results/sweeps/tune_pushed_h200x4.json``),
+NVLink). Measured on 4 x H200 (sweep `tune_pushed_h200x4`),
 all_reduce pushed beats the direct two-shot at every size (256 MiB: 1158 against
 1277 us, NCCL 1183), reduce_scatter up to 16 MiB and ties above
-(``runtime.REDUCE_SCATTER_PUSHED_AUTO_BYTES``).
+(``runtime.REDUCE_SCATTER_PUSHED_AUTO_BYTES`).
 """
 
 import triton
@@ -48,7 +48,7 @@ from ..device import rma
 from . import device as ccl
 from .device import RANK_ARGS
 
-#: What a pushed call computes (``pushed_kernel``'s ``MODE``).
+#: What a pushed call computes (``pushed_kernel``'s ``MODE`).
 MODES = ("all_reduce", "reduce_scatter")
 #: What a wait that runs out of time reports as its op.
 WAIT_OP: tl.constexpr = tl.constexpr("iris.ccl.pushed")
@@ -71,7 +71,7 @@ def _tile(column, j, n, lanes, MODE: tl.constexpr, GROUP: tl.constexpr, BLOCK: t
 @triton.jit
 def _raise_on_members(row, value, cur_rank, ranks, my_index, GROUP: tl.constexpr, heap_bases):
     # ``row[cur_rank] = value`` on every other member, after everything this program
-    # wrote: one system fence for all members, then relaxed sets (as ``barrier.arrive``).
+    # wrote: one system fence for all members, then relaxed sets (as ``barrier.arrive`).
     rma.fence()
     for i in tl.static_range(1, GROUP):
         peer = tl.load(ranks + (my_index + i) % GROUP)
@@ -121,7 +121,7 @@ def pushed_kernel(
     SENDERS: tl.constexpr = GROUP - 1
     program_slots = slots + pid * (2 * ROUND * SENDERS * BLOCK)
     rounds = 0
-    # Columns past the end are masked off by ``_tile``: a round may be partial.
+    # Columns past the end are masked off by ``_tile`: a round may be partial.
     for first in range(pid, columns, programs * ROUND):
         half = program_slots + (base + rounds) % 2 * (ROUND * SENDERS * BLOCK)
         # 1. scatter: member j's tiles of the round go into our slots on member j,

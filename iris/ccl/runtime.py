@@ -29,19 +29,19 @@ GROUP_SLOTS = 16
 
 #: Prepared launches kept (oldest dropped first); each holds its tensors.
 MAX_LAUNCHES = 256
-#: Most bytes a staged collective stages (see ``iris.ccl.staged``); capped at heap_size / 64.
+#: Most bytes a staged collective stages (see ``iris.ccl.staged`); capped at heap_size / 64.
 STAGING_BYTES = 1 << 20
-#: Most payload bytes a low-latency call sends each member (``iris.ccl.low_latency``);
+#: Most payload bytes a low-latency call sends each member (``iris.ccl.low_latency`);
 #: capped so that the receive slots take at most heap_size / 32.
 LOW_LATENCY_BYTES = 256 << 10
-#: Bytes of one receive slot of a pushed call (``iris.ccl.pushed``): the tiles one member
+#: Bytes of one receive slot of a pushed call (``iris.ccl.pushed`): the tiles one member
 #: sends another in one round; capped so that the slots take at most heap_size / 16.
 PUSH_SLOT_BYTES = 64 << 10
 #: At most this many tiles per round and member in a pushed call.
 PUSH_ROUND_TILES = 4
 #: ``Config.protocol="auto"`` pushes reduce_scatter calls past the staging capacity up to
 #: this many input bytes per member, and two-shot all_reduce calls of any size. Measured on
-#: 4 x H200 (eager, ``benchmarks/results/sweeps/tune_pushed_h200x4.json``): reduce_scatter 4 MiB
+#: 4 x H200 (eager, sweep `tune_pushed_h200x4`): reduce_scatter 4 MiB
 #: 25 us pushed against 33 direct (NCCL 46), 16 MiB 54 against 64 (NCCL 61); from 64 MiB
 #: the two are within 1% (256 MiB: 640 against 633 us). all_reduce pushed wins at every
 #: size: 16 MiB 91 against 102 us, 256 MiB 1158 against 1277 (NCCL 1183).
@@ -116,7 +116,7 @@ class Runtime:
         pushed_bytes=None,
         auto_pushes=False,
     ) -> str:
-        """The protocol a call runs (``Config.protocol``): ``"low_latency"``, ``"staged"``,
+        """The protocol a call runs (``Config.protocol`): ``"low_latency"``, ``"staged"``,
         ``"pushed"`` or ``"direct"``.
 
         ``staged_bytes`` is what a member would stage, or None for a collective
@@ -237,7 +237,7 @@ class Runtime:
         return self._low_latency
 
     def group(self, process_group) -> Group:
-        """The :class:`Group` for a torch process group (``None``: every rank)."""
+        """The :class:`Group` for a torch process group (``None`: every rank)."""
         state = self._groups.get(process_group)
         if state is None:
             members = self.ctx._group_members(process_group)
@@ -352,8 +352,8 @@ def nbytes(tensor) -> int:
 
 
 def describe_tensor(tensor: torch.Tensor, ctx, placed: bool = True) -> tuple:
-    """What must match across ranks about ``tensor``: shape, dtype and, if peers reach it
-    (``placed``), its heap offset (or None)."""
+    """What must match across ranks about ``tensor`: shape, dtype and, if peers reach it
+    (``placed`), its heap offset (or None)."""
     if not placed:
         return (tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""))
     offset = ctx.heap.offset_of(tensor) if ctx.is_symmetric(tensor) else None
@@ -390,7 +390,7 @@ def check_disjoint(errors: list[str], a: torch.Tensor, b: torch.Tensor, names: s
 
 
 def extract_group_info(group, ctx) -> tuple[int, int, int, int, int]:
-    """Upstream's ``iris.ccl.utils.extract_group_info``: ``iris.distributed``'s, for ``ctx``.
+    """Upstream's ``iris.ccl.utils.extract_group_info`: ``iris.distributed``'s, for ``ctx``.
 
     Example:
         >>> rank_in_group, rank, size, start, stride = extract_group_info(group, ctx)

@@ -5,7 +5,7 @@ threshold, 50 ms on the H100 machines measured (``nvidia-smi nvlink -gLowPwrInfo
 reads it; Iris never changes it). The first access that crosses a sleeping link waits
 for it to wake, about 105 us, so the first flag of a launch after a pause arrives that
 late whatever the kernel does. A GPU spreads its addresses over all its links, and each
-link wakes on its own traffic: on 2 x H100 (``scripts/flag_latency_probe.py``), after
+link wakes on its own traffic: on 2 x H100 (a probe; docs/tracing.md, "Links that sleep"), after
 100 ms without traffic, one remote read took 105 us and the next 0.9 us, yet a flag on
 another line then still paid the full wake; after reads of 64 lines at once, or of the
 flag's own line, the flag came on time (docs/tracing.md, "Links that sleep").

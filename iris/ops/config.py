@@ -11,7 +11,7 @@ import dataclasses
 import inspect
 from dataclasses import dataclass
 
-#: Styles of GEMM + all-scatter (``matmul_all_gather``); "fused" means workgroup_specialized
+#: Styles of GEMM + all-scatter (``matmul_all_gather`); "fused" means workgroup_specialized
 #: (producer_consumer when the config's consumers share the SMs).
 SCATTER_VARIANTS = (
     "bulk_synchronous",
@@ -69,7 +69,7 @@ COPY_ENGINE_MIN_ELEMENTS_PER_PEER = 1 << 22
 #: 2-6% and 1-2% (1.05-1.08x and 1.11-1.13x; benchmarks/results/fused_ops_h200x4.json and
 #: its sweeps: with the SM styles there, `auto` was 6% behind once). The two cards
 #: share the architecture, the SMs and the links and differ in memory: 4.8 TB/s of HBM3e
-#: against 3.35 TB/s of HBM3 (``Backend.memory_bandwidth``). From this peak rate the
+#: against 3.35 TB/s of HBM3 (``Backend.memory_bandwidth`). From this peak rate the
 #: copy engines take small blocks too; where between the two cards the rate starts to
 #: pay is not measured.
 FAST_MEMORY_BYTES_PER_S = 4.0e12
@@ -79,10 +79,10 @@ FAST_MEMORY_BYTES_PER_S = 4.0e12
 #: by about 4% in three runs (two cards) and lost by 1% in a fourth.
 REDUCE_SCATTER_FUSED_MAX_K = 1024
 #: ``matmul_all_gather`` (GEMM + all-scatter) for at most this many peers does not give SMs
-#: to communication (``workgroup_specialized``): with one peer a tile's push is short next
+#: to communication (``workgroup_specialized`): with one peer a tile's push is short next
 #: to its GEMM, and every SM computing wins. Where the copy engines do not take it
 #: (:data:`COPY_ENGINE_MIN_ELEMENTS`, or a job that spans nodes), it pushes each tile
-#: from the program that computed it (``fused_sequential``). Measured on 2 x H200 at the
+#: from the program that computed it (``fused_sequential`). Measured on 2 x H200 at the
 #: six shapes of benchmarks/fused_ops.py in three runs: fused_sequential beat
 #: workgroup_specialized at every shape, by 5-24%. On 4 x H200 (three peers)
 #: workgroup_specialized wins by 10-35% at M >= 4096.
@@ -94,13 +94,13 @@ SEQUENTIAL_SCATTER_MAX_PEERS = 1
 #: fused_sequential won by 2-4% (benchmarks/results/fused_ops_h200x2.json, docs/fused.md).
 ONE_PEER_SCATTER_MIN_TILES_PER_SM = 2.0
 #: GEMM + all-scatter with more peers runs the GEMM and the pushers as two kernels
-#: (``producer_consumer``) from this many 128 x 128 tiles per SM: at 15.5 tiles per SM
+#: (``producer_consumer`) from this many 128 x 128 tiles per SM: at 15.5 tiles per SM
 #: (4 x H200, 16384 x 8192 x 8192) it beat the one-kernel workgroup-specialised style by
 #: 8-9% in two runs, at 27 they tied, and at 3.9 and 6.8 the one kernel was as fast or up
 #: to 2% faster (benchmarks/results/fused_ops_h200x4.json).
 PRODUCER_CONSUMER_MIN_TILES_PER_SM = 8.0
 #: ... and under :data:`MIN_TILES_PER_SM` (the GEMM fits one wave on every SM) it pushes
-#: each tile from the program that computed it (``fused_sequential``): giving SMs to
+#: each tile from the program that computed it (``fused_sequential`): giving SMs to
 #: pushers would add a second wave. At 0.97 tiles per SM (4 x H200, 1024 x 8192 x 8192)
 #: fused_sequential beat cuBLAS plus the all-scatter kernel by 7-9% in two runs.
 SEQUENTIAL_SCATTER_MAX_TILES_PER_SM = 1.0
@@ -111,7 +111,7 @@ SEQUENTIAL_SCATTER_MAX_TILES_PER_SM = 1.0
 #: 24 pushers and 3 stages in every call, as the workgroup-specialised kernel (7.75 tiles per
 #: SM) and as ``producer_consumer`` (from :data:`PRODUCER_CONSUMER_MIN_TILES_PER_SM`); the
 #: workgroup-specialised kernel gained 2.5-9% on 4 x H100 too. At K = 4096 (1.39) it was
-#: 1-6% slower, so there the pushers keep 24 SMs (results/sweeps/fused_ops_h200x4_few_pushers_*.json,
+#: 1-6% slower, so there the pushers keep 24 SMs (sweep `fused_ops_h200x4_few_pushers_*`,
 #: ..._ws_pushers_stages.json; docs/fused.md, rule 8a).
 FEW_PUSHERS_MAX_LINK_SHARE = 1.0
 FEW_PUSHERS = 16
@@ -121,7 +121,7 @@ FEW_PUSHERS = 16
 #: with 15 and more tiles per SM). On 4 x H200 fused won at every shape, K = 1024 and 2048.
 ONE_PEER_REDUCE_MIN_K = 4096
 ONE_PEER_REDUCE_MIN_TILES_PER_SM = 4.0
-#: The ops with a copy-engine variant (``variant="copy_engine"``).
+#: The ops with a copy-engine variant (``variant="copy_engine"`).
 COPY_ENGINE_OPS = ("matmul_all_gather", "matmul_reduce_scatter", "all_gather_matmul")
 
 
@@ -133,7 +133,7 @@ UPSTREAM_ALIASES = {
     "group_size_m": "group_m",
 }
 #: Upstream Iris's ``FusedConfig`` fields that have no effect here, with upstream's
-#: defaults: grid sizing (``num_sms``) is this package's own, the chiplet and cache
+#: defaults: grid sizing (``num_sms`) is this package's own, the chiplet and cache
 #: settings are AMD's, fp32 inputs multiply in TF32 (upstream's default), and the
 #: reduction protocol of ``matmul_all_reduce`` is this package's (docs/upstream.md).
 #: They are accepted, validated as upstream validates them, and read back.
@@ -171,7 +171,7 @@ class FusedConfig:
     """How a fused op runs; every field has a per-shape default (:func:`default_config`).
 
     Upstream Iris's field names work too (``FusedConfig(block_size_m=64)``, and
-    ``cfg.block_size_m`` reads ``block_m``); its fields with no effect here
+    ``cfg.block_size_m`` reads ``block_m`); its fields with no effect here
     (:data:`UPSTREAM_ONLY`) are accepted, checked and read back.
 
     Args:
@@ -327,7 +327,7 @@ MIN_SHARING_REGISTERS = 32
 
 
 def registers_beside(registers: int, warps: int, other_warps: int) -> int:
-    """The register cap per thread (``maxnreg``) of a program sharing an SM with another.
+    """The register cap per thread (``maxnreg`) of a program sharing an SM with another.
 
     The other program has ``warps`` warps of ``registers`` per thread (what ptxas gave
     its kernel); one of ``other_warps`` warps gets what is left of the SM's registers,
@@ -349,7 +349,7 @@ def registers_beside(registers: int, warps: int, other_warps: int) -> int:
 def split_sm_registers(producer, consumer, producer_warps: int, consumer_warps: int) -> tuple:
     """``maxnreg`` of a GEMM program and of the consumer beside it, so that both fit on one SM.
 
-    ``producer`` and ``consumer`` compile their kernel with a register cap (``None``:
+    ``producer`` and ``consumer`` compile their kernel with a register cap (``None`:
     uncapped) and return ``(registers, spilled)``, as ptxas reports them. The GEMM
     gives up registers it can spare (capped, it spills no more than uncapped), so the
     consumer keeps its own; otherwise the consumer gets what the GEMM leaves
@@ -414,12 +414,12 @@ def sharing_saves_a_wave(tiles: int, num_sms: int, comm_sms: int) -> bool:
 
     Only when giving ``comm_sms`` SMs to communication would add a wave to a GEMM of
     at most two: that wave is a third of the GEMM or more. Measured on 4 x H200
-    (``benchmarks/results/sweeps/tune_fused_shared_h200x4.json``): with 256 tiles (2 waves
+    (sweep `tune_fused_shared_h200x4`): with 256 tiles (2 waves
     on 132 SMs, 3 on 108) sharing took 0.283-0.292 ms against 0.303-0.316 for
     consumers on SMs of their own; with 448 and 1024 tiles 2-warp consumers lost
     25-35% (they push only about 200 GB/s, an estimate), and 4-warp ones, with the
     registers :func:`split_sm_registers` leaves them, still 6-11%
-    (``sweeps/tune_fused_push_last_h200x4.json``).
+    (sweep `tune_fused_push_last_h200x4`).
 
     Example:
         >>> sharing_saves_a_wave(256, 132, 24)
@@ -478,7 +478,7 @@ def default_config(
     ``interpreted`` (the emulation backend): tiny tiles, as the interpreter runs each
     program in Python. On GPUs: 128 x 256 x 64 tiles when there are at least two waves
     of them, else 128 x 128 (fewer idle SMs in the last wave). For ``op="matmul_all_gather"``,
-    consumers that share the SMs (``consumer_warps=2``, ``comm_rows=16``) where
+    consumers that share the SMs (``consumer_warps=2``, ``comm_rows=16`) where
     :func:`sharing_saves_a_wave` (measured: 16-row steps slow the other ops' kernels), and
     :data:`FEW_PUSHERS` pushers with 4 stages where the pushes fit behind the GEMM
     (:data:`FEW_PUSHERS_MAX_LINK_SHARE`).
@@ -505,7 +505,7 @@ def default_config(
 #: What a 128 x 128 tile (4 warps) costs beyond half a 128 x 256 one, in K-steps of
 #: BLOCK_K: its epilogue and pipeline fill, which the flattened 128 x 256 loop of
 #: :func:`flatten_tile_loop` hides. Fitted on one H200 (``benchmarks/gemm.py``,
-#: results/sweeps/gemm_flatten_h200.json): the narrow tile's time per FLOP over the wide
+#: sweep `gemm_flatten_h200`): the narrow tile's time per FLOP over the wide
 #: one's was 1.02-1.05 at 128 K-steps, 1.06 at 64, 1.10-1.12 at 32, 1.22-1.23 at 16.
 NARROW_TILE_EXTRA_STEPS = 3.5
 
@@ -534,7 +534,7 @@ def gemm_config(rows: int, cols: int, k: int, num_sms: int) -> FusedConfig:
 
 
 def gemm_launch_options(config: FusedConfig, k: int | None = None) -> dict:
-    """The tile GEMM's launch options from ``config``: block sizes, grouping, warps, stages.
+    """The tile GEMM's launch options from ``config`: block sizes, grouping, warps, stages.
 
     With the reduction depth ``k`` also ``EVEN_K`` (no masked last K step), which the
     pointer-load kernels take and the tensor-descriptor kernel does not.
@@ -617,13 +617,13 @@ def choose_variant(
     fused kernels are what CI checks).
     On GPUs it fuses when there is communication to hide (more than one rank) and
     enough work to hide it behind (see :data:`MIN_TILES_PER_SM`, :data:`MIN_K`;
-    ``all_gather_matmul``: :data:`GATHER_MIN_TILES_PER_SM` and :data:`GATHER_MIN_SHARE`);
+    ``all_gather_matmul`: :data:`GATHER_MIN_TILES_PER_SM` and :data:`GATHER_MIN_SHARE`);
     ``matmul_reduce_scatter`` uses the copy engines from :data:`COPY_ENGINE_MIN_ELEMENTS`
     (with three or more ranks from :data:`COPY_ENGINE_MIN_ELEMENTS_PER_PEER` per peer
     unless ``memory_bandwidth``, the GPU's peak bytes per second, reaches
     :data:`FAST_MEMORY_BYTES_PER_S`; below that it runs unfused deeper than
     :data:`REDUCE_SCATTER_FUSED_MAX_K`), except in jobs that span nodes
-    (``spans_nodes``): copy engines reach only this node's GPUs.
+    (``spans_nodes`): copy engines reach only this node's GPUs.
     With one peer, ``matmul_all_gather`` and ``all_gather_matmul`` use them too (below
     that size ``matmul_reduce_scatter`` runs unfused, and GEMM + all-scatter runs
     ``fused_sequential``, or unfused below :data:`ONE_PEER_SCATTER_MIN_TILES_PER_SM`),
@@ -631,7 +631,7 @@ def choose_variant(
     With more peers GEMM + all-scatter runs ``fused_sequential`` in one wave
     (:data:`SEQUENTIAL_SCATTER_MAX_TILES_PER_SM`), ``producer_consumer`` from
     :data:`PRODUCER_CONSUMER_MIN_TILES_PER_SM`, and the workgroup-specialised kernel
-    (``"fused"``) in between; where the pushes fit behind the GEMM
+    (``"fused"`) in between; where the pushes fit behind the GEMM
     (:data:`FEW_PUSHERS_MAX_LINK_SHARE`) the last two get fewer pushers from :func:`default_config`.
     ``rows`` and ``cols`` are the per-rank GEMM's output (``op`` names the ``ctx.ops`` method).
     The rules and the measurements behind them: docs/fused.md.

@@ -129,3 +129,13 @@ def local_world_size() -> int:
         1
     """
     return integer("LOCAL_WORLD_SIZE", integer("WORLD_SIZE", 1), minimum=1)
+
+
+def ranks_per_gpu() -> int:
+    """Ranks of one host that may share a GPU (``IRIS_RANKS_PER_GPU``, default 1).
+
+    Example:
+        >>> ranks_per_gpu()
+        1
+    """
+    return integer("IRIS_RANKS_PER_GPU", 1, minimum=1)

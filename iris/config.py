@@ -141,17 +141,8 @@ def host_timeout() -> float:
     return _env.seconds("IRIS_HOST_TIMEOUT", 300.0, allow_zero=False)
 
 
-def ranks_per_gpu() -> int:
-    """Ranks of one host that may share a GPU (``IRIS_RANKS_PER_GPU``, default 1).
-
-    Example:
-        >>> os.environ["IRIS_RANKS_PER_GPU"] = "4"   # 4 ranks on one GPU
-        >>> iris.config.ranks_per_gpu()
-        4
-    """
-    return _env.integer("IRIS_RANKS_PER_GPU", 1, minimum=1)
-
-
+#: Ranks of one host that may share a GPU (``IRIS_RANKS_PER_GPU``, default 1).
+ranks_per_gpu = _env.ranks_per_gpu
 local_world_size = _env.local_world_size
 
 

@@ -281,9 +281,17 @@ def _remove_stale_files(directory: str, session: str) -> None:
     Only regular files of this user's are looked at, opened without following links or
     blocking (a FIFO named like a flight file is skipped, not waited on).
     """
+    for path, pid in _flight_files(directory):
+        if session not in os.path.basename(path) and not fmt.pid_alive(pid):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def _flight_files(directory: str):
+    """``(path, pid of its writer)`` for each live flight file of this user's in ``directory``."""
     for path in glob.glob(os.path.join(directory, "iris-flight-*-rank*.bin")):
-        if session in os.path.basename(path) or not files.is_own_file(path):
-            continue
         try:
             fd = files.open_own(path, fmt.MAX_FILE_BYTES)
         except OSError:
@@ -291,11 +299,7 @@ def _remove_stale_files(directory: str, session: str) -> None:
         with os.fdopen(fd, "rb") as handle:
             header = np.frombuffer(handle.read(fmt.HEADER_BYTES), dtype=np.int64)
         if len(header) > fmt.H_PID and int(header[fmt.H_MAGIC]) == fmt.MAGIC:
-            if not fmt.pid_alive(int(header[fmt.H_PID])):
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+            yield path, int(header[fmt.H_PID])
 
 
 def keep_as_dumps(directory: str, pids: set[int]) -> list[str]:
@@ -311,18 +315,12 @@ def keep_as_dumps(directory: str, pids: set[int]) -> list[str]:
         ['/dev/shm/iris-1000/iris-hang-3f2a9c41b7d0-rank1-2.bin']
     """
     kept = []
-    for path in glob.glob(os.path.join(directory, "iris-flight-*-rank*.bin")):
-        try:
-            fd = files.open_own(path, fmt.MAX_FILE_BYTES)
-        except OSError:
-            continue
-        with os.fdopen(fd, "rb") as handle:
-            header = np.frombuffer(handle.read(fmt.HEADER_BYTES), dtype=np.int64)
-        if len(header) <= fmt.H_PID or int(header[fmt.H_MAGIC]) != fmt.MAGIC:
-            continue
-        if int(header[fmt.H_PID]) not in pids:
+    for path, pid in _flight_files(directory):
+        if pid not in pids:
             continue
         match = fmt.FILE_NAME.search(os.path.basename(path))
+        if match is None:
+            continue
         for seq in range(1, 1000):
             dump = fmt.dump_path(directory, match["session"], int(match["rank"]), seq)
             try:

@@ -1,5 +1,5 @@
-"""The trace side's import arrows point down (docs/layout.md): no cycles, no reach into ``iris``; and
-that page names every module."""
+"""The packages' import arrows point down (docs/layout.md): no cycles; the trace side never reaches
+into ``iris``; the runtime imports only down its layers; and that page names every module."""
 
 import ast
 import pathlib
@@ -90,3 +90,79 @@ def test_the_layout_page_names_every_module():
         and path.name != "__init__.py"
     ]
     assert not unnamed, f"docs/layout.md does not name {unnamed}"
+
+
+# ---------------------------------------------------------------- the runtime's layers
+RUNTIME = PACKAGE.parent / "iris"
+#: The runtime's layers, lowest first: a module imports (at its top) only modules of its own
+#: layer or below. Modules named nowhere are the top (the host API object, the launcher, ...).
+LAYERS = [
+    ("iris._env", "iris.errors"),
+    ("iris.backends",),
+    ("iris.config", "iris.log"),
+    ("iris.device",),
+    ("iris.prepared", "iris.distributed", "iris.group_slots", "iris.heap", "iris.tensors",
+     "iris.tensor_creation", "iris.flight"),
+    ("iris.ccl", "iris.ops", "iris.copy_engine", "iris.tracing", "iris.hang", "iris.topology"),
+]  # fmt: skip
+
+
+def _runtime_graph() -> dict[str, set[str]]:
+    """Runtime module -> the runtime modules it imports at its top (imports inside functions,
+    made on first use, are left out: they are how a lower layer calls up without a cycle)."""
+    modules = {}
+    for path in RUNTIME.rglob("*.py"):
+        parts = path.relative_to(RUNTIME.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        found = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module
+                found.add(target)
+                found.update(f"{target}.{alias.name}" for alias in node.names)
+        graph[name] = {m for m in found if m in modules and m != name and not name.startswith(m + ".")}
+    return graph
+
+
+def _layer(module: str) -> int:
+    for index, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return index
+    return len(LAYERS)
+
+
+def test_the_runtime_imports_only_down_its_layers():
+    upward = [
+        f"{name} -> {target}"
+        for name, targets in _runtime_graph().items()
+        for target in targets
+        if _layer(target) > _layer(name)
+    ]
+    assert not upward, upward
+
+
+def test_the_runtime_modules_import_each_other_without_cycles():
+    edges = _runtime_graph()
+    state: dict[str, int] = {}
+
+    def visit(name: str, path: list[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            pytest.fail("import cycle: " + " -> ".join(path[path.index(name) :] + [name]))
+        state[name] = 1
+        for target in sorted(edges[name]):
+            visit(target, path + [name])
+        state[name] = 2
+
+    for name in sorted(edges):
+        visit(name, [])

@@ -13,7 +13,7 @@ import weakref
 
 import torch
 
-from .. import config
+from .. import _env
 from . import _cuda_topology
 from .base import Allocation, Backend, CopyLanes, describe_bytes
 
@@ -147,20 +147,20 @@ class CudaBackend(Backend):
         # NCCL refuses two ranks on one GPU ("Duplicate GPU detected"): ranks that share
         # GPUs coordinate through gloo alone, which also takes CUDA tensors for the
         # collectives it implements.
-        return "gloo" if self.shares_devices(config.local_world_size()) else "nccl"
+        return "gloo" if self.shares_devices(_env.local_world_size()) else "nccl"
 
     def device_count(self) -> int:
         return torch.cuda.device_count()
 
     def shares_devices(self, local_world_size: int) -> bool:
         count = visible_gpu_count()
-        return 0 < count < local_world_size and config.ranks_per_gpu() > 1
+        return 0 < count < local_world_size and _env.ranks_per_gpu() > 1
 
     def select_device(self, local_rank: int, local_world_size: int) -> torch.device:
         count = self.device_count()
         if count == 0:
             raise RuntimeError("iris: IRIS_BACKEND=cuda but no CUDA GPU is visible")
-        index = gpu_for_rank(local_rank, local_world_size, count, config.ranks_per_gpu())
+        index = gpu_for_rank(local_rank, local_world_size, count, _env.ranks_per_gpu())
         device = torch.device("cuda", index)
         torch.cuda.set_device(device)
         _check(_runtime().cudaSetDevice(device.index), "cudaSetDevice")
@@ -199,12 +199,15 @@ class CudaBackend(Backend):
 
     def heap_problem(self, nbytes: int, device: torch.device) -> str:
         padded = -(-nbytes // _PAGE) * _PAGE
-        sharing = config.ranks_per_gpu() if self.shares_devices(config.local_world_size()) else 1
+        local = _env.local_world_size()
+        sharing = -(-local // visible_gpu_count()) if self.shares_devices(local) else 1
         free, total = torch.cuda.mem_get_info(device)
         if padded * sharing <= free:
             return ""
         ranks = (
-            f" ({describe_bytes(padded * sharing)} for the {sharing} ranks sharing it)" if sharing > 1 else ""
+            f" ({describe_bytes(padded * sharing)} for the {sharing} ranks that share it)"
+            if sharing > 1
+            else ""
         )
         return (
             f"a heap of {describe_bytes(padded)} per rank{ranks} does not fit on {device}, which has "

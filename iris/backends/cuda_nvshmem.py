@@ -31,7 +31,7 @@ import os
 
 import torch
 
-from .. import config
+from .. import _env
 from .base import Allocation
 from .cuda_ipc import _PAGE, CudaBackend
 
@@ -100,7 +100,7 @@ class NvshmemBackend(CudaBackend):
         pass  # other nodes are reached through NVSHMEM
 
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
-        if self.shares_devices(config.local_world_size()):
+        if self.shares_devices(_env.local_world_size()):
             raise RuntimeError(
                 "iris: NVSHMEM does not run several ranks on one GPU (it needs MPS for that), so ranks "
                 "that share a GPU (IRIS_RANKS_PER_GPU) cannot take the cross-node path; give each rank a "

@@ -17,6 +17,7 @@ import socket
 import torch
 
 from iris_trace import files
+from iris_trace.flight_file import pid_alive
 
 from .. import _env
 from . import _interpreter_compat
@@ -55,21 +56,11 @@ def _remove_stale_heaps(directory: str) -> None:
     for name in names:
         match = _HEAP_NAME.match(name)
         path = os.path.join(directory, name)
-        if match and files.is_own_file(path) and not _alive(int(match["pid"])):
+        if match and files.is_own_file(path) and not pid_alive(int(match["pid"])):
             try:
                 os.unlink(path)
             except OSError:
                 pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _map_file(path: str, nbytes: int, create: bool) -> tuple[mmap.mmap, torch.Tensor]:

@@ -36,7 +36,9 @@ import triton
 import triton.language as tl
 
 from ..device import rma
+from ..device.accumulate import accumulator, combine
 from ..device.barrier import arrive, sync_row, wait_arrivals
+from ..device.locks import acquire_lock, release_lock
 
 __all__ = [
     "arrive", "wait_arrivals", "sync_row", "handshake", "push_tile", "combine", "accumulator", "reduce_tile",
@@ -60,43 +62,6 @@ LANDED: tl.constexpr = tl.constexpr(4)
 LOCKS: tl.constexpr = tl.constexpr(5)
 #: Number of flag rows per program (the host reserves them: ``Runtime.flag_piece``).
 PHASES = 6
-
-#: Lock states (:func:`acquire_lock`, :func:`release_lock`).
-_FREE: tl.constexpr = tl.constexpr(0)
-_HELD: tl.constexpr = tl.constexpr(1)
-
-
-@triton.jit
-def acquire_lock(lock, cur_rank, owner, heap_bases, op: tl.constexpr):
-    """Take the int32 ``lock`` (free 0, held 1) in ``owner``'s heap; an acquire at system scope.
-
-    Test and test-and-set: one compare-and-swap, and while the lock is held a wait
-    until it looks free, which is traced, timed and in the flight recorder like every
-    wait (``op`` names the caller in reports), so a lock never released times out.
-
-    Example:
-        >>> ccl.acquire_lock(lock, cur_rank, peer, heap_bases, "iris.ccl.all_reduce")
-        >>> ...  # read-modify-write peer's data
-        >>> ccl.release_lock(lock, cur_rank, peer, heap_bases)
-    """
-    # One compare-and-swap site: with two (before the loop and in it) the compiler merges
-    # their flight-record code into a loop with two entries, and the CTA barriers in it
-    # then stop matching on GPUs (a wait later in the kernel hung until its timeout).
-    old = tl.full([], _HELD, tl.int32)
-    while old != _FREE:
-        old = rma.atomic_cas(lock, _FREE, _HELD, cur_rank, owner, heap_bases, sem="acquire", scope="sys")
-        if old != _FREE:
-            rma.wait_until(lock, "eq", _FREE, heap_bases=heap_bases, op=op, from_rank=owner)
-
-
-@triton.jit
-def release_lock(lock, cur_rank, owner, heap_bases):
-    """Free ``lock`` in ``owner``'s heap once every thread's writes are done (a release, system scope).
-
-    Example:
-        >>> ccl.release_lock(lock, cur_rank, peer, heap_bases)
-    """
-    rma.signal(lock, _FREE, cur_rank, owner, heap_bases, op="set")
 
 
 @triton.jit
@@ -126,19 +91,6 @@ def push_tile(dst, values, cur_rank, ranks, my_index, GROUP: tl.constexpr, heap_
 
 
 @triton.jit
-def combine(acc, values, OP: tl.constexpr):
-    """``acc OP values`` for OP in ``"sum"``, ``"max"``, ``"min"``."""
-    if OP == "sum":
-        result = acc + values
-    elif OP == "max":
-        result = tl.maximum(acc, values)
-    else:
-        tl.static_assert(OP == "min", "reduction must be sum, max or min")
-        result = tl.minimum(acc, values)
-    return result
-
-
-@triton.jit
 def reduce_tile(
     src,
     cur_rank,
@@ -163,16 +115,6 @@ def reduce_tile(
         peer = tl.load(ranks + (my_index + i) % GROUP)
         acc = combine(acc, accumulator(rma.load(src, cur_rank, peer, heap_bases, mask=mask)), OP)
     return acc
-
-
-@triton.jit
-def accumulator(values):
-    """``values`` in the type a reduction accumulates them in: fp32 for floats, else their own."""
-    if values.dtype.is_floating():
-        result = values.to(tl.float32)
-    else:
-        result = values
-    return result
 
 
 @triton.jit

@@ -22,20 +22,21 @@ and keep their arguments and protocol:
   against the peers' writes (a barrier before the launch, or its own flags).
 - **Spinlock.** ``all_reduce_spinlock`` takes each destination's lock with a
   compare-and-swap, adds this rank's tile into the destination, and releases it
-  (``iris.ccl.device.acquire_lock``/``release_lock``, as the host all-reduce's
+  (``iris.device.locks.acquire_lock``/``release_lock``, as the host all-reduce's
   ``spinlock`` variant). While the lock is held it waits for it to look free with the
   same peer-flag wait, so a lock never released times out with the lock named in the
   hang report.
 
 Reductions accumulate floating types in fp32 through the collectives' own
-``accumulator`` (:mod:`iris.ccl.device`); every remote access goes through the traced
+``accumulator`` (:mod:`iris.device.accumulate`); every remote access goes through the traced
 device ops, so each appears in a trace as the load, store or atomic it is.
 """
 
 import triton
 import triton.language as tl
 
-from ..ccl.device import accumulator, acquire_lock, release_lock
+from .accumulate import accumulator
+from .locks import acquire_lock, release_lock
 
 
 @triton.jit

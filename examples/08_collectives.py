@@ -29,12 +29,13 @@ def main():
         dist.all_reduce(expected)
         assert torch.allclose(out.cpu(), expected, rtol=1e-5, atol=1e-5), f"all_reduce {variant} differs"
 
-    # all_gather / reduce_scatter follow all_gather_into_tensor / reduce_scatter_tensor.
+    # all_gather / reduce_scatter follow all_gather_into_tensor / reduce_scatter_tensor: every
+    # rank's input stacked in rank order.
     gathered = ctx.empty(world * 1000)
     ctx.ccl.all_gather(gathered, inp)
-    expected = torch.empty(world * 1000)
-    dist.all_gather_into_tensor(expected, inp.cpu())
-    assert torch.equal(gathered.cpu(), expected), "all_gather differs"
+    parts = [torch.empty(1000) for _ in range(world)]
+    dist.all_gather(parts, inp.cpu())
+    assert torch.equal(gathered.cpu(), torch.cat(parts)), "all_gather differs"
 
     scattered = ctx.empty(1000)
     ctx.ccl.reduce_scatter(scattered, gathered)

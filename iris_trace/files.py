@@ -210,9 +210,7 @@ def replace_atomically(path: str, mode: str = "wb", **open_args):
     directory = os.path.dirname(os.path.abspath(path))
     fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial", dir=directory)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, mode, **open_args) as handle:
             yield handle
             handle.flush()
@@ -251,9 +249,7 @@ def replacing(path: str):
     temporary = temporary_beside(path)
     try:
         yield temporary
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
+        os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, path)
     except BaseException:
         _unlink_quietly(temporary)
@@ -279,6 +275,19 @@ def refuse_overwriting(outputs: list[str | None], inputs: list[str]) -> str:
             return f"{output} is named as two outputs of this command"
         written.add(key)
     return ""
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it (``os.umask`` can only swap it, which
+    would leave it at another value for an instant while other threads create files)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
 
 
 def _identity(path: str) -> str:

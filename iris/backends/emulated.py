@@ -175,7 +175,7 @@ class EmulatedBackend(Backend):
 
     def heap_problem(self, nbytes: int, device: torch.device) -> str:
         directory = _shm_dir()
-        _remove_stale_heaps(directory)
+        _remove_stale_heaps(directory)  # before the free space is read: what they held is free
         ranks = _env.local_world_size()
         info = os.statvfs(directory)
         free = info.f_bavail * info.f_frsize

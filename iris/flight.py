@@ -247,16 +247,12 @@ class FlightRecorder:
             if self._closed:
                 raise RuntimeError("iris: the flight recorder is closed")
             data = bytes(self._map)
-        while True:
-            self._dumps += 1
-            path = fmt.dump_path(self.directory, self.session, int(self.words[fmt.H_RANK]), self._dumps)
-            try:
-                fd = files.create_exclusive(path)
-            except files.UnsafeFileError:
-                continue  # taken (an earlier context of this session, or a planted name): the next one
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            return path
+        fd, path, self._dumps = _new_dump(
+            self.directory, self.session, int(self.words[fmt.H_RANK]), self._dumps + 1
+        )
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return path
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -321,13 +317,29 @@ def keep_as_dumps(directory: str, pids: set[int]) -> list[str]:
         match = fmt.FILE_NAME.search(os.path.basename(path))
         if match is None:
             continue
-        for seq in range(1, 1000):
-            dump = fmt.dump_path(directory, match["session"], int(match["rank"]), seq)
-            try:
-                os.close(files.create_exclusive(dump))
-            except files.UnsafeFileError:
-                continue
-            os.replace(path, dump)
-            kept.append(dump)
-            break
+        fd, dump, _ = _new_dump(directory, match["session"], int(match["rank"]), 1)
+        os.close(fd)
+        os.replace(path, dump)
+        kept.append(dump)
     return kept
+
+
+#: Dumps one rank of one session may leave: a name past them all is refused, not searched for.
+MAX_DUMPS = 1000
+
+
+def _new_dump(directory: str, session: str, rank: int, seq: int) -> tuple[int, str, int]:
+    """Make the first free dump file from ``seq`` on; returns ``(fd, path, its seq)``.
+
+    Each name is made with :func:`iris_trace.files.create_exclusive`, so a name that is
+    taken (an earlier dump of the session, or one another user planted) is passed over.
+    """
+    for number in range(seq, MAX_DUMPS + 1):
+        path = fmt.dump_path(directory, session, rank, number)
+        try:
+            return files.create_exclusive(path), path, number
+        except files.UnsafeFileError:
+            continue
+    raise files.UnsafeFileError(
+        f"iris: {MAX_DUMPS} dumps of rank {rank} of session {session} exist in {directory}"
+    )

@@ -207,10 +207,8 @@ def replace_atomically(path: str, mode: str = "wb", **open_args):
         >>> with replace_atomically("run.pftrace") as handle:
         ...     handle.write(data)
     """
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial", dir=directory)
+    fd, temporary = _temporary_beside(path)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, mode, **open_args) as handle:
             yield handle
             handle.flush()
@@ -221,19 +219,13 @@ def replace_atomically(path: str, mode: str = "wb", **open_args):
         raise
 
 
-def temporary_beside(path: str) -> str:
-    """A fresh, empty temporary file's name beside ``path`` (for writers that take a name).
-
-    The caller renames it over ``path`` with :func:`os.replace` when done, or removes it.
-
-    Example:
-        >>> partial = temporary_beside("timeline.png")
-        >>> figure.savefig(partial, format="png"); os.replace(partial, "timeline.png")
-    """
+def _temporary_beside(path: str) -> tuple[int, str]:
+    """A new temporary file beside ``path`` with the permissions ``open(path, "w")`` would give:
+    ``(fd, name)``, for renaming over ``path`` once written."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial", dir=directory)
-    os.close(fd)
-    return temporary
+    os.fchmod(fd, 0o666 & ~_umask())
+    return fd, temporary
 
 
 @contextlib.contextmanager
@@ -246,10 +238,10 @@ def replacing(path: str):
         >>> with replacing("timeline.png") as partial:
         ...     figure.savefig(partial, format="png")
     """
-    temporary = temporary_beside(path)
+    fd, temporary = _temporary_beside(path)
+    os.close(fd)
     try:
         yield temporary
-        os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, path)
     except BaseException:
         _unlink_quietly(temporary)

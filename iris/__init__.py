@@ -44,14 +44,14 @@ from .device import (
     translate,
     wait_until,
 )
-from . import tensor_creation
+from .host.memory import tensors as tensor_creation
 from ._upstream_paths import register as _register_upstream_paths
-from .distributed import HostTimeoutError
+from .host.distributed.helpers import HostTimeoutError
 from ._env import SettingError
 from .errors import ArgumentCountError, DeviceCheckError, InvalidArgumentError, WaitTimeoutError
-from .iris import Iris, iris
-from .launch import spawn
-from .log import DEBUG, ERROR, INFO, WARNING, IrisFormatter, logger, set_logger_level
+from .host.iris import Iris, iris
+from .host.launch import spawn
+from .host.log import DEBUG, ERROR, INFO, WARNING, IrisFormatter, logger, set_logger_level
 
 BACKEND = config.BACKEND
 #: Upstream Iris's name for :class:`DeviceContext`.

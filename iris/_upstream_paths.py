@@ -1,13 +1,14 @@
-"""Upstream Iris's module paths, as aliases of this package's modules.
+"""Upstream Iris's module paths that are not this package's own, as aliases of its modules.
 
-Upstream splits its package into ``iris.host.*`` (host runtime) and
-``iris.mem.triton.*`` / ``iris.device.triton.*`` (device code); programs written
-for it import from those paths (``from iris.host.logging.logging import
-IrisFormatter``, ``from iris.mem.triton.context import
-Context``). This package keeps one module per job instead (docs/layout.md). Each
-upstream module path is registered here as this package's module that does its job
-(``iris.host.logging.logging`` is ``iris.log``), and each upstream package path as
-a small module object naming those; nothing here has code of its own.
+The host runtime lives where upstream keeps it (``iris.host.iris``,
+``iris.host.memory.tensors``, ``iris.host.distributed.helpers`` and ``.topology``), so
+those paths are real modules. Upstream's other paths name modules this package splits
+or names differently: its logging module (``iris.host.logging.logging`` is
+``iris.host.log``), its event ids (``iris.host.tracing.events``), its device API under
+``iris.mem.triton`` / ``iris.device.triton`` (here ``iris.device``), its ccl helpers
+(``iris.ccl.utils``) and one module per fused op (``iris.ops.matmul_all_reduce``). Each
+is registered here as the module that does its job, or a small module object naming
+those; nothing here has code of its own.
 """
 
 from __future__ import annotations
@@ -26,13 +27,17 @@ def register() -> None:
     """Install the aliases in ``sys.modules`` (and as attributes of their parents)."""
     import iris
 
-    from . import device, distributed, log, tensor_creation, topology
+    from . import device, host
     from .ccl import config as ccl_config
     from .ccl import runtime as ccl_runtime
     from .device import context, rma, tiles, tracing
+    from .host import iris as _host_iris  # noqa: F401  (iris.host.iris: upstream's module of the Iris class)
+    from .host import log
+    from .host import tracing as host_tracing  # noqa: F401  (the package gains upstream's events)
+    from .host.distributed import helpers, topology  # noqa: F401  (upstream's paths, real here)
+    from .host.memory import tensors  # noqa: F401
     from .ops import upstream as ops_upstream
 
-    host = sys.modules["iris.iris"]  # the module: ``iris.iris`` itself is the factory function
     device_api = {name: getattr(device, name) for name in device.__all__}
     # One module object for both of upstream's device paths (iris.device.triton is its shim).
     mem_triton = _alias(
@@ -46,48 +51,21 @@ def register() -> None:
     )
     host_logging = _alias(
         "iris.host.logging",
-        "Alias of iris.log.",
+        "Alias of iris.host.log.",
         logging=log,
         **{n: getattr(log, n) for n in ("set_logger_level", "logger", "DEBUG", "INFO", "WARNING", "ERROR")},
     )
     events = _alias("iris.host.tracing.events", "Alias of the event ids.", TraceEvent=tracing.TraceEvent)
-    host_tracing = _alias("iris.host.tracing", "Alias of the tracing names.", events=events)
-    host_memory = _alias("iris.host.memory", "Alias of iris.tensor_creation.", tensors=tensor_creation)
-    helpers = _alias(
-        "iris.host.distributed.helpers",
-        "Alias of iris.distributed's group helpers.",
-        extract_group_info=distributed.extract_group_info,
-    )
-    host_distributed = _alias(
-        "iris.host.distributed", "Alias of iris.distributed.", helpers=helpers, topology=topology
-    )
     ccl_utils = _alias(
         "iris.ccl.utils",
         "Alias of the ccl helpers upstream keeps in iris.ccl.utils.",
         extract_group_info=ccl_runtime.extract_group_info,
         ReduceOp=ccl_config.ReduceOp,
     )
-    host_pkg = _alias(
-        "iris.host",
-        "Alias of the host runtime.",
-        iris=host,
-        logging=host_logging,
-        tracing=host_tracing,
-        memory=host_memory,
-        distributed=host_distributed,
-    )
     modules = {
-        "iris.host": host_pkg,
-        "iris.host.iris": host,
         "iris.host.logging": host_logging,
         "iris.host.logging.logging": log,
-        "iris.host.tracing": host_tracing,
         "iris.host.tracing.events": events,
-        "iris.host.memory": host_memory,
-        "iris.host.memory.tensors": tensor_creation,
-        "iris.host.distributed": host_distributed,
-        "iris.host.distributed.helpers": helpers,
-        "iris.host.distributed.topology": topology,
         "iris.ccl.utils": ccl_utils,
         "iris.mem": _alias("iris.mem", "Alias of the device API.", triton=mem_triton),
         "iris.mem.triton": mem_triton,
@@ -103,7 +81,8 @@ def register() -> None:
         modules[f"iris.ops.{op}"] = ops_upstream
     for path, module in modules.items():
         sys.modules.setdefault(path, module)
-    iris.host = host_pkg
+    host.logging = host_logging
+    host_tracing.events = events
     iris.ccl.utils = ccl_utils
     iris.mem = modules["iris.mem"]
     device.triton = mem_triton

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from .launch import backend_environment, host_rendezvous_store, rank_environment
+from .host.launch import backend_environment, host_rendezvous_store, rank_environment
 
 
 def launch(script: str, script_args: list[str], nprocs: int, timeout: float | None) -> int:
@@ -53,7 +53,7 @@ def launch(script: str, script_args: list[str], nprocs: int, timeout: float | No
 def _keep_flight_files_of_lost_ranks(pids: set[int]) -> None:
     """A rank killed or crashed leaves its flight file: keep it as a dump and say where."""
     from . import config
-    from .flight import keep_as_dumps
+    from .host.flight import keep_as_dumps
 
     try:
         dumps = keep_as_dumps(config.hang_dir(), pids)

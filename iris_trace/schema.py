@@ -42,7 +42,7 @@ LOAD, STORE, GET, PUT, COPY = 1, 2, 3, 4, 5
 ATOMIC_ADD, ATOMIC_SUB, ATOMIC_XCHG, ATOMIC_XOR = 6, 7, 8, 9
 ATOMIC_AND, ATOMIC_OR, ATOMIC_MIN, ATOMIC_MAX, ATOMIC_CAS = 10, 11, 12, 13, 14
 SIGNAL, WAIT_UNTIL = 15, 16
-#: A copy-engine put (``iris.copy_engine``): filed on lane ``DMA_CU_BASE + target rank``, no SM.
+#: A copy-engine put (``iris.host.copy_engine``): filed on lane ``DMA_CU_BASE + target rank``, no SM.
 DMA_PUT = 20
 #: Waits the library issues for a named purpose (``wait_until(..., op="iris.device_barrier")``...).
 BARRIER_WAIT, COLLECTIVE_WAIT, FUSED_OP_WAIT = 21, 22, 23

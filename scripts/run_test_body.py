@@ -20,7 +20,7 @@ def main() -> None:
         raise SystemExit("usage: run_test_body.py MODULE:FUNCTION [ARG ...]  (a module of tests/)")
     from iris import config
     from iris.backends import make_backend
-    from iris.distributed import init_distributed
+    from iris.host.distributed.helpers import init_distributed
 
     communicator = init_distributed(make_backend(config.BACKEND).dist_backend)
     module_name, function_name = sys.argv[1].split(":")

@@ -1,4 +1,4 @@
-"""Print the job's topology (iris.topology) from rank 0, after every rank checked it agrees.
+"""Print the job's topology (iris.host.distributed.topology) from rank 0, after every rank checked it agrees.
 
     python -m iris.run -n 4 scripts/show_topology.py
     IRIS_RANKS_PER_NODE=2 python -m iris.run -n 4 scripts/show_topology.py   # two "nodes"
@@ -9,7 +9,7 @@ with the communication groups.
 """
 
 import iris
-from iris.topology import InterconnectLevel, TopologyDiscovery
+from iris.host.distributed.topology import InterconnectLevel, TopologyDiscovery
 
 with iris.iris(1 << 20) as ctx:
     rank, world = ctx.get_rank(), ctx.get_num_ranks()

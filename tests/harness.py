@@ -52,7 +52,7 @@ def _worker(rank: int, world_size: int, env: dict, conn, stderr_path: str) -> No
     torch.set_num_threads(1)
     from iris import config
     from iris.backends import make_backend
-    from iris.distributed import init_distributed
+    from iris.host.distributed.helpers import init_distributed
 
     init_distributed(make_backend(config.BACKEND).dist_backend)
     while True:
@@ -73,7 +73,7 @@ class RankPool:
     def __init__(self, world_size: int, extra_env: dict | None = None):
         self.world_size = world_size
         self.extra_env = dict(extra_env or {})
-        from iris.launch import host_rendezvous_store, rank_environment
+        from iris.host.launch import host_rendezvous_store, rank_environment
 
         context = mp.get_context("spawn")
         self._store = host_rendezvous_store()  # the ranks' rendezvous; a restarted pool gets a fresh one

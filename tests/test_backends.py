@@ -24,7 +24,7 @@ def test_the_emulated_backend_runs_launches_one_after_another():
 
 
 def test_a_launch_cache_builds_once_and_keeps_the_latest_entries():
-    from iris.prepared import LaunchCache
+    from iris.host.prepared import LaunchCache
 
     built = []
     cache = LaunchCache(2)
@@ -54,7 +54,7 @@ class _RecordingBackend:
 
 
 def test_a_captured_plan_runs_once_then_records_once_and_replays():
-    from iris.prepared import CapturedPlan
+    from iris.host.prepared import CapturedPlan
 
     calls = []
     backend = _RecordingBackend(calls)
@@ -65,7 +65,7 @@ def test_a_captured_plan_runs_once_then_records_once_and_replays():
 
 
 def test_a_captured_plan_inside_a_callers_recording_runs_its_steps():
-    from iris.prepared import CapturedPlan
+    from iris.host.prepared import CapturedPlan
 
     calls = []
     backend = _RecordingBackend(calls)
@@ -77,7 +77,7 @@ def test_a_captured_plan_inside_a_callers_recording_runs_its_steps():
 
 
 def test_the_emulated_backend_records_nothing():
-    from iris.prepared import CapturedPlan
+    from iris.host.prepared import CapturedPlan
 
     backend, calls = make_backend("emulated"), []
     assert backend.capture([lambda: calls.append("step")]) is None and not backend.capturing()
@@ -93,7 +93,7 @@ class _FailingBackend(_RecordingBackend):
 
 
 def test_a_plan_that_cannot_be_recorded_warns_once_and_runs_its_steps():
-    from iris.prepared import CapturedPlan
+    from iris.host.prepared import CapturedPlan
 
     calls = []
     backend = _FailingBackend(calls)

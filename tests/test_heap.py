@@ -7,7 +7,7 @@ import triton.language as tl
 
 import iris
 from iris.device import flight, layout
-from iris.heap import ALIGNMENT
+from iris.host.memory.heap import ALIGNMENT
 from iris_trace import schema
 
 

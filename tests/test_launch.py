@@ -129,7 +129,7 @@ def test_spawn_raises_the_failing_ranks_error():
 def _join_the_group_and_sign_in(rank):
     import torch.distributed as dist
 
-    from iris.distributed import init_distributed
+    from iris.host.distributed.helpers import init_distributed
 
     init_distributed("gloo")
     store = dist.distributed_c10d._get_default_store()
@@ -259,7 +259,7 @@ def _listening_on(port: int) -> list[str]:
 
 
 def test_the_launchers_store_listens_on_loopback_only():
-    from iris.launch import host_rendezvous_store
+    from iris.host.launch import host_rendezvous_store
 
     store = host_rendezvous_store()
     assert _listening_on(store.port) == ["127.0.0.1"]

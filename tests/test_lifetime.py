@@ -109,7 +109,7 @@ def test_the_last_reference_frees_the_context_at_once(world):
 
 
 def _half_made_body(rank, world_size):
-    iris_module = sys.modules["iris.iris"]
+    iris_module = sys.modules["iris.host.iris"]
     original = iris_module.Hang
 
     def failing_hang(ctx):

@@ -54,7 +54,7 @@ def test_the_setting_must_be_there_before_import():
     code = (
         "import os, iris\n"
         "os.environ.update(IRIS_RANKS_PER_NODE='1', WORLD_SIZE='2', LOCAL_WORLD_SIZE='2')\n"
-        "from iris.iris import _ranks_per_node\n"
+        "from iris.host.iris import _ranks_per_node\n"
         "_ranks_per_node(2)\n"
     )
     launcher = ("IRIS_RANKS_PER_NODE", "WORLD_SIZE", "LOCAL_WORLD_SIZE")

@@ -103,11 +103,12 @@ RUNTIME = PACKAGE.parent / "iris"
 LAYERS = [
     ("iris._env", "iris.errors"),
     ("iris.backends",),
-    ("iris.config", "iris.log"),
+    ("iris.config", "iris.host.log"),
     ("iris.device",),
-    ("iris.prepared", "iris.distributed", "iris.group_slots", "iris.heap", "iris.tensors",
-     "iris.tensor_creation", "iris.flight"),
-    ("iris.ccl", "iris.ops", "iris.copy_engine", "iris.tracing", "iris.hang", "iris.topology"),
+    ("iris.host.prepared", "iris.host.distributed.helpers", "iris.host.group_slots", "iris.host.memory",
+     "iris.host.flight"),
+    ("iris.ccl", "iris.ops", "iris.host.copy_engine", "iris.host.tracing", "iris.host.hang",
+     "iris.host.distributed.topology"),
 ]  # fmt: skip
 
 
@@ -134,7 +135,9 @@ def _runtime_graph() -> dict[str, set[str]]:
                 found.add(target)
                 found.update(f"{target}.{alias.name}" for alias in node.names)
         graph[name] = {m for m in found if m in modules and m != name and not name.startswith(m + ".")}
-    return graph
+    # A package whose __init__ imports nothing is a folder: importing through it is no arrow.
+    folders = {name for name, targets in graph.items() if modules[name].name == "__init__.py" and not targets}
+    return {name: targets - folders for name, targets in graph.items() if name not in folders}
 
 
 def _layer(module: str) -> int:

@@ -1,4 +1,4 @@
-"""iris.topology: nodes, GPUs, links and tiers, from synthetic facts and from live ranks."""
+"""iris.host.distributed.topology: nodes, GPUs, links and tiers, from synthetic facts and from live ranks."""
 
 import socket
 
@@ -8,7 +8,7 @@ from conftest import MULTI_RANK_SIZES, get_pool
 
 import iris
 from iris.backends._cuda_topology import normalize_pci, parse_topo_matrix
-from iris.topology import (
+from iris.host.distributed.topology import (
     FabricInfo,
     GPUInfo,
     InterconnectLevel,
@@ -149,7 +149,6 @@ def test_discovery_without_a_context_needs_torch_distributed():
 
 def test_upstream_module_path_is_this_module():
     import iris.host.distributed.topology as upstream_path
-
     from iris import topology
 
     assert upstream_path is topology

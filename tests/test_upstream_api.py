@@ -107,11 +107,12 @@ def test_tensor_creation_module_has_upstreams_signatures(world):
 
 def test_upstream_names_and_module_paths():
     from iris.device.triton.context import Context as DeviceTritonContext
-    from iris.host.iris import Iris
     from iris.host.logging.logging import IrisFormatter
     from iris.host.tracing.events import TraceEvent
     from iris.mem.triton import Tile, TileView
     from iris.mem.triton.context import Context
+
+    from iris.host.iris import Iris
 
     assert Context is DeviceTritonContext is iris.Context is iris.DeviceContext
     assert Iris is iris.Iris and IrisFormatter is iris.IrisFormatter and TraceEvent is iris.TraceEvent
@@ -120,7 +121,7 @@ def test_upstream_names_and_module_paths():
         assert hasattr(iris, name), name
     from iris.host.memory import tensors
 
-    assert tensors is iris.tensor_creation
+    assert tensors is iris.host.memory.tensors
 
 
 def test_iris_formatter_names_rank_and_level():

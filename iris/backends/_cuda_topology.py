@@ -1,4 +1,4 @@
-"""What ``iris.topology`` learns about NVIDIA GPUs: facts per GPU, links between them.
+"""What ``iris.host.distributed.topology`` learns about NVIDIA GPUs: facts per GPU, links between them.
 
 Everything comes from the driver through torch (name, memory, UUID, PCI address, peer
 access), from sysfs (NUMA node), from ``nvidia-smi topo -m`` (the link class between
@@ -17,7 +17,7 @@ import torch
 
 _log = logging.getLogger("iris")
 
-#: ``nvidia-smi topo -m``'s cell labels, as ``iris.topology.IntraNodeLinkType`` names.
+#: ``nvidia-smi topo -m``'s cell labels, as ``iris.host.distributed.topology.IntraNodeLinkType`` names.
 _SMI_LINKS = {
     "X": "SELF",
     "PIX": "PCIE_SWITCH",
@@ -88,7 +88,7 @@ def fabric_domain(uuid: str) -> tuple[str, int]:
         finally:
             nvml.shutdown()
     except Exception as error:  # no NVML module, no fabric manager, an older driver: no domain
-        _log.debug("iris.topology: no NVLink fabric domain from NVML (%s)", error)
+        _log.debug("iris.host.distributed.topology: no NVLink fabric domain from NVML (%s)", error)
         return "", 0
 
 
@@ -165,6 +165,6 @@ def local_links() -> dict:
         matrix = parse_topo_matrix(_smi("topo", "-m"))
         names = [[matrix[a][b] if a != b else "SELF" for b in order] for a in order]
     except (OSError, subprocess.SubprocessError, KeyError, ValueError) as error:
-        _log.debug("iris.topology: no link classes from nvidia-smi (%s)", error)
+        _log.debug("iris.host.distributed.topology: no link classes from nvidia-smi (%s)", error)
         names = None
     return {"link_types": names, "p2p_access": p2p}

@@ -113,7 +113,7 @@ class Backend(ABC):
 
     @abstractmethod
     def describe_gpu(self, device: torch.device) -> dict:
-        """What ``iris.topology`` records about ``device``.
+        """What ``iris.host.distributed.topology`` records about ``device``.
 
         Keys: ``device_name``, ``uuid``, ``pci_bus_id`` (``""`` if none), ``total_memory_mb``,
         ``numa_node`` (-1 if unknown), ``vendor``, ``fabric`` (``(cluster_uuid, clique_id)``
@@ -128,7 +128,7 @@ class Backend(ABC):
     def local_links(self) -> dict:
         """How the devices this process sees connect, by device index.
 
-        Keys: ``link_types`` (rows of ``iris.topology.IntraNodeLinkType`` names, or
+        Keys: ``link_types`` (rows of ``iris.host.distributed.topology.IntraNodeLinkType`` names, or
         ``None`` when unknown) and ``p2p_access`` (rows of bools, or ``None``).
 
         Example:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..prepared import PreparedLaunch, tensor_key
+from ..host.prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .device import RANK_ARGS
 from .low_latency import low_latency_launch, payload_bytes

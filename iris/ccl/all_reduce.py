@@ -35,7 +35,7 @@ import triton.language as tl
 
 from ..device import rma
 from ..errors import WorkspaceTooSmallError
-from ..prepared import PreparedLaunch, tensor_key
+from ..host.prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .config import ReduceOp
 from .device import RANK_ARGS

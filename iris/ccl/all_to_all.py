@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from ..device import rma
-from ..prepared import PreparedLaunch, tensor_key
+from ..host.prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .device import RANK_ARGS
 from .low_latency import low_latency_launch, payload_bytes

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ..device import rma
-from ..prepared import PreparedLaunch, tensor_key
+from ..host.prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .device import RANK_ARGS
 from .runtime import COPYABLE_DTYPES, check_tensor, describe_tensor, nbytes

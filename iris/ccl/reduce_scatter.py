@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import triton
 
-from ..prepared import PreparedLaunch, tensor_key
+from ..host.prepared import PreparedLaunch, tensor_key
 from .all_reduce import one_shot_kernel
 from .config import ReduceOp
 from .low_latency import low_latency_launch, payload_bytes

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ..distributed import extract_group_info as group_info
-from ..group_slots import GroupSlots
-from ..prepared import LaunchCache, PreparedLaunch
+from ..host.distributed.helpers import extract_group_info as group_info
+from ..host.group_slots import GroupSlots
+from ..host.prepared import LaunchCache, PreparedLaunch
 from .device import PHASES
 
 #: Groups whose collectives can be in use at once (slot 0 is the whole world).
@@ -390,7 +390,7 @@ def check_disjoint(errors: list[str], a: torch.Tensor, b: torch.Tensor, names: s
 
 
 def extract_group_info(group, ctx) -> tuple[int, int, int, int, int]:
-    """Upstream's ``iris.ccl.utils.extract_group_info`: ``iris.distributed``'s, for ``ctx``.
+    """Upstream's ``iris.ccl.utils.extract_group_info`: ``iris.host.distributed.helpers``'s, for ``ctx``.
 
     Example:
         >>> rank_in_group, rank, size, start, stride = extract_group_info(group, ctx)

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from ..device.tiles import tile_coords
-from ..prepared import PreparedLaunch, tensor_key
+from ..host.prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .config import Config, ReduceOp
 from .runtime import REDUCIBLE_DTYPES, check_disjoint, check_tensor, describe_tensor

@@ -20,13 +20,13 @@ HAS_STATIC_TIMEOUT = True
 
 
 #: Adds the cross-rank view (who should have released the flag) to a timeout's message;
-#: installed by ``iris.hang`` once a context exists. Takes the facts dict, returns
+#: installed by ``iris.host.hang`` once a context exists. Takes the facts dict, returns
 #: ``(text, culprit rank or None)``.
 _describe_hang = None
 
 
 def set_hang_describer(describe) -> None:
-    """Install the function that explains a timed-out wait across ranks (``iris.hang`` does)."""
+    """Install the function that explains a timed-out wait across ranks (``iris.host.hang`` does)."""
     global _describe_hang
     _describe_hang = describe
 

@@ -1,7 +1,7 @@
 """The two one-thread kernels that put copy-engine puts into traces.
 
 A copy engine cannot write a trace record, so while tracing is enabled
-``iris.copy_engine`` brackets each put on its lane: :func:`dma_start_kernel` stamps
+``iris.host.copy_engine`` brackets each put on its lane: :func:`dma_start_kernel` stamps
 the time just before the copy, :func:`dma_record_kernel` runs right after it (the
 lane runs them in order) and records a ``dma_put`` event from that stamp to now.
 """

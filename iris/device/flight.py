@@ -17,7 +17,7 @@ An op claims its slot with a relaxed GPU-scope atomic on its SM's counter and
 writes the entry with one coalesced 64-byte store; it never waits for its own
 op's result. Both stay in device memory: an entry written to host memory would
 make every later release (each signal) wait for a PCIe round trip. The host
-copies the ring out when asked (``iris.flight``), which a running kernel does not notice.
+copies the ring out when asked (``iris.host.flight``), which a running kernel does not notice.
 
 Entry (8 x int64)::
 

@@ -679,7 +679,7 @@ def _ident(event: tl.constexpr, cur_rank, target_rank, sm, path):
     )
 
 
-#: A copy-engine put (``iris.copy_engine``): not an SM op, so it is filed under the lane
+#: A copy-engine put (``iris.host.copy_engine``): not an SM op, so it is filed under the lane
 #: ``DMA_CU_BASE + target_rank``.
 DMA_PUT: tl.constexpr = tl.constexpr(schema.DMA_PUT)
 DMA_CU_BASE: tl.constexpr = tl.constexpr(schema.DMA_CU_BASE)

@@ -50,7 +50,7 @@ import weakref
 import torch
 import triton
 
-from ..prepared import LaunchCache, PreparedLaunch, tensor_key
+from ..host.prepared import LaunchCache, PreparedLaunch, tensor_key
 from .all_scatter import (
     BOTH,
     CONSUMER,

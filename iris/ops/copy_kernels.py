@@ -1,7 +1,7 @@
 """The small kernels around the copy-engine variants of ``ctx.ops`` (``variant="copy_engine"``).
 
 In those variants cuBLAS computes on every SM while the GPU's copy engines move
-finished blocks between heaps (:mod:`iris.copy_engine`). What still needs a kernel
+finished blocks between heaps (:mod:`iris.host.copy_engine`). What still needs a kernel
 is the synchronisation the copies cannot do themselves, and the final sum of a
 reduce-scatter:
 

@@ -2,7 +2,7 @@
 
 A workgroup-specialised kernel gives some SMs to communication, and the GEMM then
 needs more waves of tiles than cuBLAS on the whole GPU. Here cuBLAS keeps every SM
-and the GPU's copy engines move the blocks between heaps (:mod:`iris.copy_engine`),
+and the GPU's copy engines move the blocks between heaps (:mod:`iris.host.copy_engine`),
 pipelined so that a block travels while the next one is computed:
 
 * ``matmul_all_gather``: the local block is computed in row chunks; each finished
@@ -19,11 +19,11 @@ pipelined so that a block travels while the next one is computed:
 
 Every plan starts with the entry handshake of :mod:`iris.ops.copy_kernels` and
 ends by joining the copy lanes into the current stream, so CUDA graphs capture it
-whole. Each plan is recorded as one (:class:`iris.prepared.CapturedPlan`) after its
+whole. Each plan is recorded as one (:class:`iris.host.prepared.CapturedPlan`) after its
 first call: queued step by step from Python, a 1024-row chunk's cuBLAS call and
 copy took about as long on the host as the GPU took to run them (2 x H200), so the
 GPU waited for the host. The copies are DMA transfers, not kernel stores; with tracing on,
-:mod:`iris.copy_engine` records each as a ``dma_put`` event on its copy lane.
+:mod:`iris.host.copy_engine` records each as a ``dma_put`` event on its copy lane.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from ..prepared import CapturedPlan, PreparedLaunch
+from ..host.prepared import CapturedPlan, PreparedLaunch
 from .copy_kernels import announce_landed_kernel, enter_call_kernel, sum_landed_kernel, wait_landed_kernel
 
 #: ``copy_chunks=0`` puts one chunk per this many rows (between 2 and 8 chunks).
@@ -133,7 +133,7 @@ class _Handshake:
 
     def replayed(self, steps: list) -> list:
         """The plan to keep: ``steps`` recorded as one graph after their first run
-        (:class:`iris.prepared.CapturedPlan`: a chunk's host steps take about as long as its
+        (:class:`iris.host.prepared.CapturedPlan`: a chunk's host steps take about as long as its
         GEMM). Traced plans too: their kernels find the trace buffers through the context
         tensor's slots at run time, so a replay records into whatever buffers are current."""
         return [CapturedPlan(steps, self.ctx.backend)]

@@ -15,7 +15,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ..prepared import PreparedLaunch
+from ..host.prepared import PreparedLaunch
 from .config import FusedConfig, descriptor_stages, flatten_tile_loop, gemm_launch_options
 from .gemm import matmul_kernel, matmul_tma_kernel
 

@@ -78,8 +78,8 @@ def backend_environment() -> dict[str, str]:
     Under emulation that includes ``TRITON_INTERPRET=1``, so a rank's kernels are
     interpreted even where its script imports Triton before ``iris``.
     """
-    from .backends import process_environment
-    from .config import BACKEND
+    from ..backends import process_environment
+    from ..config import BACKEND
 
     return process_environment(BACKEND)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from . import _env
+from .. import _env
 
 DEBUG = logging.DEBUG
 INFO = logging.INFO
@@ -22,7 +22,7 @@ class IrisFormatter(logging.Formatter):
     ``[module]`` after the rank; the user's ``ctx.info(...)`` records do not.
 
     Example:
-        >>> handler.setFormatter(iris.log.IrisFormatter())
+        >>> handler.setFormatter(iris.host.log.IrisFormatter())
     """
 
     def format(self, record: logging.LogRecord) -> str:

@@ -336,10 +336,10 @@ class TopologyDiscovery:
             return
         if not dist.is_initialized():
             raise RuntimeError(
-                "iris.topology: TopologyDiscovery() needs an Iris context or an initialized "
+                "iris.host.distributed.topology: TopologyDiscovery() needs an Iris context or an initialized "
                 "torch.distributed process group"
             )
-        from .backends import choose_backend_name, make_backend
+        from ...backends import choose_backend_name, make_backend
 
         self._backend = make_backend(choose_backend_name())
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
@@ -395,7 +395,7 @@ class TopologyDiscovery:
 
     def _require(self) -> TopologyMap:
         if self._topology is None:
-            raise RuntimeError("iris.topology: call discover() first")
+            raise RuntimeError("iris.host.distributed.topology: call discover() first")
         return self._topology
 
     def get_communication_groups(self) -> dict[InterconnectLevel, list[list[int]]]:

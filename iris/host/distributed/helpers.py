@@ -19,7 +19,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from . import config
+from ... import config
 
 _control_groups: dict[int, Any] = {}
 #: Every Communicator made, so that their process groups can be let go of at exit.
@@ -43,7 +43,7 @@ class Communicator:
     local_rank: int
     local_world_size: int
     control_group: Any
-    #: Returns what the other ranks are doing, for error messages (installed by ``iris.hang``).
+    #: Returns what the other ranks are doing, for error messages (installed by ``iris.host.hang``).
     describe_peers: Callable[[], str] | None = field(default=None, repr=False)
 
     def __post_init__(self):

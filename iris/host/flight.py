@@ -6,7 +6,7 @@ The flight file (layout in ``iris_trace.flight_file``, in ``IRIS_HANG_DIR``, def
 ``/dev/shm``) is what other processes read; this process *publishes* into it:
 the header as things happen, the ring and report on a timeout, a signal, a
 dump, ``state()``, and when ``iris-trace hang-report`` asks through the file's
-request word (the watchdog thread of :mod:`iris.hang` answers within 0.1 s).
+request word (the watchdog thread of :mod:`iris.host.hang` answers within 0.1 s).
 Copying the ring out of a GPU that still runs a spinning kernel uses a stream of
 its own; after a trap, the copy the timed-out wait left is used.
 """
@@ -29,9 +29,9 @@ import torch
 from iris_trace import files
 from iris_trace import flight_file as fmt
 
-from . import config
-from .device import flight as device_flight
-from .device.layout import flight_slot
+from .. import config
+from ..device import flight as device_flight
+from ..device.layout import flight_slot
 
 ENTRY_BYTES = fmt.ENTRY_WORDS * 8
 COUNTER_STRIDE = int(device_flight.COUNTER_STRIDE)

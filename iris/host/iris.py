@@ -16,21 +16,21 @@ import torch.distributed as dist
 
 from iris_trace import flight_file as fmt
 
-from . import config, tensor_creation
-from .backends import make_backend
-from .ccl import CCL
-from .ccl.runtime import Runtime
+from .. import config
+from ..backends import make_backend
+from ..ccl import CCL
+from ..ccl.runtime import Runtime
+from ..device import crossnode, layout, wake
+from ..device.barrier import device_barrier_kernel
 from .copy_engine import CopyEngine
-from .device import crossnode, layout, wake
-from .device.barrier import device_barrier_kernel
-from .distributed import init_distributed
-from .errors import ArgumentCountError
+from .distributed.helpers import init_distributed
 from .group_slots import GroupSlots
 from .hang import Hang
-from .heap import SymmetricHeap
 from .log import DEBUG, ERROR, INFO, WARNING, log_with_rank
+from .memory import tensors
+from .memory.heap import SymmetricHeap
 from .prepared import PreparedLaunch
-from .tracing import Tracing
+from .tracing.core import Tracing
 
 #: Device-barrier groups that can be live at once (slot 0 is the whole world).
 BARRIER_SLOTS = 64
@@ -95,7 +95,9 @@ class Iris:
         # after a barrier, at a point every rank agrees on.
         self._resources = _Resources()
         self._finalizer = weakref.finalize(self, self._resources.release)
-        self._finalizer.atexit = False  # at exit: iris.hang removes the files; the process frees the rest
+        self._finalizer.atexit = (
+            False  # at exit: iris.host.hang removes the files; the process frees the rest
+        )
         try:
             self._build(heap_size)
         except BaseException:
@@ -138,7 +140,7 @@ class Iris:
         self._wake_launch: PreparedLaunch | None = None
         #: Device-side collectives (``ctx.ccl.all_reduce(out, inp)``); see :mod:`iris.ccl`.
         self.ccl = CCL(self)
-        #: Copy-engine puts into peers' heaps (``ctx.copy_engine.put``); see :mod:`iris.copy_engine`.
+        #: Copy-engine puts into peers' heaps (``ctx.copy_engine.put``); see :mod:`iris.host.copy_engine`.
         self.copy_engine = CopyEngine(self)
 
         # The heap size slot bounds IRIS_DEBUG's pointer checks: in the user's context, exactly the
@@ -158,13 +160,13 @@ class Iris:
         context[layout.heap_size_slot(self.num_ranks)] = self.heap.mapped_size
         self._iris_context = torch.tensor(context, dtype=torch.int64, device=device)
         self._iris_heap_bases = self._iris_context[layout.heap_bases_slots(self.num_ranks)].view(torch.uint64)
-        #: Wait timeouts, flight recorder and hang reports; see :class:`iris.hang.Hang`.
+        #: Wait timeouts, flight recorder and hang reports; see :class:`iris.host.hang.Hang`.
         self.hang = Hang(self)
         self._resources.hang = self.hang
         self.hang.recorder.name_region(
             "device_barrier slot {0}, arrivals of rank {1}", self._barrier_arrivals, releaser_axis=1
         )
-        #: Tracing control (``ctx.tracing.enable()``); see :class:`iris.tracing.Tracing`.
+        #: Tracing control (``ctx.tracing.enable()``); see :class:`iris.host.tracing.core.Tracing`.
         self.tracing = Tracing(self)
         self.barrier()
 
@@ -325,7 +327,7 @@ class Iris:
             >>> ctx.ops.matmul_all_reduce(out, a, b)
         """
         if getattr(self, "_ops", None) is None:
-            from .ops import Ops  # the fused kernels are only compiled when someone asks for them
+            from ..ops import Ops  # the fused kernels are only compiled when someone asks for them
 
             self._ops = Ops(self)
         return self._ops
@@ -364,370 +366,22 @@ class Iris:
         log_with_rank(ERROR, message, self.cur_rank, self.num_ranks)
 
     # ------------------------------------------------------------------ tensors
-    # Each factory is the module function of iris.tensor_creation (upstream's signatures)
-    # on this rank's heap.
-    def zeros(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False):
-        """A heap tensor of zeros, like :func:`torch.zeros`.
-
-        Example:
-            >>> ctx.zeros(2, 3, dtype=torch.float16)
-        """
-        return tensor_creation.zeros(
-            self.heap,
-            self.heap.device,
-            size,
-            out=out,
-            dtype=dtype,
-            layout=layout,
-            device=device,
-            requires_grad=requires_grad,
-        )
-
-    def ones(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False):
-        """A heap tensor of ones, like :func:`torch.ones`.
-
-        Example:
-            >>> ctx.ones((4, 4), dtype=torch.int32)
-        """
-        return tensor_creation.ones(
-            self.heap,
-            self.heap.device,
-            size,
-            out=out,
-            dtype=dtype,
-            layout=layout,
-            device=device,
-            requires_grad=requires_grad,
-        )
-
-    def full(
-        self,
-        size,
-        fill_value,
-        *,
-        out=None,
-        dtype=None,
-        layout=torch.strided,
-        device=None,
-        requires_grad=False,
-    ):
-        """A heap tensor filled with ``fill_value``, like :func:`torch.full` (dtype inferred from it).
-
-        Example:
-            >>> ctx.full((2, 3), 3.14)
-        """
-        return tensor_creation.full(
-            self.heap,
-            self.heap.device,
-            size,
-            fill_value,
-            out=out,
-            dtype=dtype,
-            layout=layout,
-            device=device,
-            requires_grad=requires_grad,
-        )
-
-    def empty(
-        self,
-        *size,
-        out=None,
-        dtype=None,
-        layout=torch.strided,
-        device=None,
-        requires_grad=False,
-        pin_memory=False,
-        memory_format=torch.contiguous_format,
-    ):
-        """An uninitialised heap tensor, like :func:`torch.empty`.
-
-        Example:
-            >>> buf = ctx.empty(1 << 20, dtype=torch.bfloat16)
-        """
-        return tensor_creation.empty(
-            self.heap,
-            self.heap.device,
-            size,
-            out=out,
-            dtype=dtype,
-            layout=layout,
-            device=device,
-            requires_grad=requires_grad,
-            memory_format=memory_format,
-        )
-
-    def arange(
-        self,
-        start=0,
-        end=None,
-        step=1,
-        *,
-        out=None,
-        dtype=None,
-        layout=torch.strided,
-        device=None,
-        requires_grad=False,
-    ):
-        """Values from ``start`` to ``end`` (exclusive) by ``step``, like :func:`torch.arange`.
-
-        An empty range raises (upstream Iris's rule), where torch returns an empty tensor.
-
-        Example:
-            >>> ctx.arange(0, 10, 2)   # [0, 2, 4, 6, 8]
-        """
-        if end is None:
-            start, end = 0, start
-        return tensor_creation.arange(
-            self.heap,
-            self.heap.device,
-            start,
-            end,
-            step,
-            out=out,
-            dtype=dtype,
-            layout=layout,
-            device=device,
-            requires_grad=requires_grad,
-        )
-
-    def linspace(
-        self,
-        start,
-        end,
-        steps,
-        *,
-        out=None,
-        dtype=None,
-        layout=torch.strided,
-        device=None,
-        requires_grad=False,
-    ):
-        """``steps`` evenly spaced values from ``start`` to ``end``, like :func:`torch.linspace`.
-
-        Example:
-            >>> ctx.linspace(0, 1, 5)   # [0.00, 0.25, 0.50, 0.75, 1.00]
-        """
-        return tensor_creation.linspace(
-            self.heap,
-            self.heap.device,
-            start,
-            end,
-            steps,
-            out=out,
-            dtype=dtype,
-            layout=layout,
-            device=device,
-            requires_grad=requires_grad,
-        )
-
-    def rand(
-        self,
-        *size,
-        generator=None,
-        out=None,
-        dtype=None,
-        layout=torch.strided,
-        device=None,
-        requires_grad=False,
-        pin_memory=False,
-    ):
-        """Uniform samples on [0, 1), like :func:`torch.rand`.
-
-        ``generator`` may live on another device than the heap (values are copied).
-
-        Example:
-            >>> ctx.rand(128, 128)
-        """
-        return tensor_creation.rand(
-            self.heap,
-            self.heap.device,
-            size,
-            generator=generator,
-            out=out,
-            dtype=dtype,
-            layout=layout,
-            device=device,
-            requires_grad=requires_grad,
-        )
-
-    def randn(
-        self,
-        *size,
-        generator=None,
-        out=None,
-        dtype=None,
-        layout=torch.strided,
-        device=None,
-        requires_grad=False,
-        pin_memory=False,
-    ):
-        """Standard normal samples, like :func:`torch.randn`.
-
-        Example:
-            >>> ctx.randn(128, 128, dtype=torch.bfloat16)
-        """
-        return tensor_creation.randn(
-            self.heap,
-            self.heap.device,
-            size,
-            generator=generator,
-            out=out,
-            dtype=dtype,
-            layout=layout,
-            device=device,
-            requires_grad=requires_grad,
-        )
-
-    def randint(
-        self,
-        *args,
-        generator=None,
-        out=None,
-        dtype=None,
-        layout=torch.strided,
-        device=None,
-        requires_grad=False,
-    ):
-        """Integers in [low, high), like :func:`torch.randint` (``(high, size)`` or ``(low, high, size)``).
-
-        Example:
-            >>> ctx.randint(0, 10, (2, 3))
-        """
-        if len(args) == 2:
-            low, (high, size) = 0, args
-        elif len(args) == 3:
-            low, high, size = args
-        else:
-            raise ArgumentCountError(
-                f"iris: randint expects (high, size) or (low, high, size), got {len(args)} arguments"
-            )
-        return tensor_creation.randint(
-            self.heap,
-            self.heap.device,
-            low,
-            high,
-            size,
-            generator=generator,
-            out=out,
-            dtype=dtype,
-            layout=layout,
-            device=device,
-            requires_grad=requires_grad,
-        )
-
-    def uniform(self, size, low=0.0, high=1.0, dtype=torch.float):
-        """Uniform samples on [low, high).
-
-        Example:
-            >>> ctx.uniform((64,), low=-1.0, high=1.0)
-        """
-        return tensor_creation.uniform(self.heap, self.heap.device, size, low, high, dtype)
-
-    def zeros_like(
-        self,
-        input,
-        *,
-        dtype=None,
-        layout=None,
-        device=None,
-        requires_grad=False,
-        memory_format=torch.preserve_format,
-    ):
-        """Heap zeros shaped like ``input``, like :func:`torch.zeros_like`.
-
-        Example:
-            >>> y = ctx.zeros_like(x)
-        """
-        return tensor_creation.zeros_like(
-            self.heap,
-            self.heap.device,
-            input,
-            dtype=dtype,
-            layout=layout,
-            device=device,
-            requires_grad=requires_grad,
-            memory_format=memory_format,
-        )
-
-    def ones_like(
-        self,
-        input,
-        *,
-        dtype=None,
-        layout=None,
-        device=None,
-        requires_grad=False,
-        memory_format=torch.preserve_format,
-    ):
-        """Heap ones shaped like ``input``, like :func:`torch.ones_like`.
-
-        Example:
-            >>> y = ctx.ones_like(x)
-        """
-        return tensor_creation.ones_like(
-            self.heap,
-            self.heap.device,
-            input,
-            dtype=dtype,
-            layout=layout,
-            device=device,
-            requires_grad=requires_grad,
-            memory_format=memory_format,
-        )
-
-    def full_like(
-        self,
-        input,
-        fill_value,
-        *,
-        dtype=None,
-        layout=None,
-        device=None,
-        requires_grad=False,
-        memory_format=torch.preserve_format,
-    ):
-        """Heap tensor shaped like ``input`` filled with ``fill_value``, like :func:`torch.full_like`.
-
-        Example:
-            >>> y = ctx.full_like(x, 7)
-        """
-        return tensor_creation.full_like(
-            self.heap,
-            self.heap.device,
-            input,
-            fill_value,
-            dtype=dtype,
-            layout=layout,
-            device=device,
-            requires_grad=requires_grad,
-            memory_format=memory_format,
-        )
-
-    def empty_like(
-        self,
-        input,
-        *,
-        dtype=None,
-        layout=None,
-        device=None,
-        requires_grad=False,
-        memory_format=torch.preserve_format,
-    ):
-        """Uninitialised heap tensor shaped like ``input``, like :func:`torch.empty_like`.
-
-        Example:
-            >>> y = ctx.empty_like(x)
-        """
-        return tensor_creation.empty_like(
-            self.heap,
-            self.heap.device,
-            input,
-            dtype=dtype,
-            layout=layout,
-            device=device,
-            requires_grad=requires_grad,
-            memory_format=memory_format,
-        )
+    # Each factory is defined once, as the module function of iris.host.memory.tensors
+    # (upstream's signatures); the method calls it on this rank's heap.
+    zeros = tensors.as_method(tensors.zeros, tensors._sizes)
+    ones = tensors.as_method(tensors.ones, tensors._sizes)
+    full = tensors.as_method(tensors.full)
+    empty = tensors.as_method(tensors.empty, tensors._sizes)
+    arange = tensors.as_method(tensors.arange, tensors._arange_arguments)
+    linspace = tensors.as_method(tensors.linspace)
+    rand = tensors.as_method(tensors.rand, tensors._sizes)
+    randn = tensors.as_method(tensors.randn, tensors._sizes)
+    randint = tensors.as_method(tensors.randint, tensors._randint_arguments)
+    uniform = tensors.as_method(tensors.uniform)
+    zeros_like = tensors.as_method(tensors.zeros_like)
+    ones_like = tensors.as_method(tensors.ones_like)
+    full_like = tensors.as_method(tensors.full_like)
+    empty_like = tensors.as_method(tensors.empty_like)
 
     # ------------------------------------------------------------------ synchronisation
     def barrier(self, stream=None, group=None) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import torch
 
-from .device.dma_trace import dma_record_kernel, dma_start_kernel
+from ..device.dma_trace import dma_record_kernel, dma_start_kernel
 from .prepared import PreparedLaunch
 
 
@@ -84,24 +84,24 @@ class CopyEngine:
         """
         ctx = self._ctx
         if not 0 <= to_rank < ctx.num_ranks:
-            raise ValueError(f"iris.copy_engine.put: to_rank {to_rank} is not in [0, {ctx.num_ranks})")
+            raise ValueError(f"ctx.copy_engine.put: to_rank {to_rank} is not in [0, {ctx.num_ranks})")
         if ctx.node_of(to_rank) != ctx.node_of(ctx.cur_rank):
             raise ValueError(
-                f"iris.copy_engine.put: rank {to_rank} is on another node; copy engines reach only the "
+                f"ctx.copy_engine.put: rank {to_rank} is on another node; copy engines reach only the "
                 "GPUs of this node (use iris.put in a kernel)"
             )
         if not isinstance(dst, torch.Tensor) or not isinstance(src, torch.Tensor):
-            raise TypeError("iris.copy_engine.put: dst and src must be torch.Tensors")
+            raise TypeError("ctx.copy_engine.put: dst and src must be torch.Tensors")
         if dst.shape != src.shape or dst.dtype != src.dtype:
             raise ValueError(
-                f"iris.copy_engine.put: dst is {_dtype_name(dst)} {tuple(dst.shape)} but src is "
+                f"ctx.copy_engine.put: dst is {_dtype_name(dst)} {tuple(dst.shape)} but src is "
                 f"{_dtype_name(src)} {tuple(src.shape)}"
             )
         if not ctx.is_symmetric(dst):
-            raise ValueError("iris.copy_engine.put: dst must be on the symmetric heap (peers hold it)")
+            raise ValueError("ctx.copy_engine.put: dst must be on the symmetric heap (peers hold it)")
         if src.device != ctx.get_device():
             raise ValueError(
-                f"iris.copy_engine.put: src is on {src.device}, this rank's device is {ctx.get_device()}"
+                f"ctx.copy_engine.put: src is on {src.device}, this rank's device is {ctx.get_device()}"
             )
         if dst.numel() == 0:
             return _nothing
@@ -176,6 +176,6 @@ def _rows(tensor: torch.Tensor, name: str) -> tuple[int, int, int]:
         pitch = max(tensor.stride(0), tensor.shape[1]) if tensor.shape[0] > 1 else tensor.shape[1]
         return tensor.shape[0], pitch * size, tensor.shape[1] * size
     raise ValueError(
-        f"iris.copy_engine.put: {name} must be 1-D contiguous or 2-D with unit column stride, "
+        f"ctx.copy_engine.put: {name} must be 1-D contiguous or 2-D with unit column stride, "
         f"got shape {tuple(tensor.shape)} and strides {tensor.stride()}"
     )

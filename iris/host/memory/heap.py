@@ -19,8 +19,8 @@ import uuid
 
 import torch
 
-from .backends import Backend
-from .distributed import Communicator
+from ...backends import Backend
+from ..distributed.helpers import Communicator
 
 #: Every allocation starts on this boundary (bytes): wide vector loads stay legal.
 ALIGNMENT = 256

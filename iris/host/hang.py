@@ -1,7 +1,7 @@
 """No silent deadlocks: wait timeouts that name the culprit, and hang reports on demand.
 
 ``ctx.hang`` (one per :class:`iris.Iris`) owns this rank's flight recorder
-(:mod:`iris.flight`) and turns what it holds into errors and reports:
+(:mod:`iris.host.flight`) and turns what it holds into errors and reports:
 
 * a wait that times out stops its kernel; :meth:`Hang.check` (run by
   ``ctx.barrier()``) raises :class:`WaitTimeoutError` with the wait's facts and the
@@ -29,8 +29,8 @@ import weakref
 
 from iris_trace.hang import HangReport
 
-from .device import intrinsics as hw
-from .errors import WaitTimeoutError
+from ..device import intrinsics as hw
+from ..errors import WaitTimeoutError
 from .flight import FlightRecorder
 
 #: Seconds between two looks of the watchdog at the timeout reports.

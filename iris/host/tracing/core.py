@@ -21,9 +21,9 @@ import torch.distributed as dist
 from iris_trace.events import decode_records
 from iris_trace.trace import RankTrace, Trace, claim_directory
 
-from .device import layout
-from .device import tracing as device_tracing
-from .device.clock_sync import ping_kernel, pong_kernel
+from ...device import layout
+from ...device import tracing as device_tracing
+from ...device.clock_sync import ping_kernel, pong_kernel
 
 COUNTER_STRIDE = int(device_tracing.COUNTER_STRIDE)
 RECORD_WORDS = int(device_tracing.RECORD_WORDS)

@@ -1,0 +1,1 @@
+"""The symmetric heap (``heap``) and the tensor factories that allocate on it (``tensors``)."""

@@ -11,7 +11,7 @@ Per shape: the baseline; cuBLAS alone and Iris's Triton GEMM alone (TFLOP/s: whe
 time goes; baseline over cuBLAS alone is the overlap ceiling, the speedup of hiding all
 communication behind a cuBLAS-speed GEMM); the fused kernel; the unfused fallback (cuBLAS + Iris/ccl communication);
 for gemm_all_scatter also the other overlap styles. `auto` is whichever of fused and
-unfused ctx.ops would pick (iris.ops.config.choose_variant), with its measured time.
+unfused ctx.ops would pick (iris.ops.selection.choose_variant), with its measured time.
 gemm_all_scatter, matmul_reduce_scatter and all_gather_matmul also time the copy-engine
 variant (cuBLAS on every SM, DMA puts pipelined behind it).
 Every rank runs the same fixed iteration count (benchmarks/common.py: warm-up, barrier,

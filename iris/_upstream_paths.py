@@ -6,7 +6,7 @@ those paths are real modules. Upstream's other paths name modules this package s
 or names differently: its logging module (``iris.host.logging.logging`` is
 ``iris.host.log``), its event ids (``iris.host.tracing.events``), its device API under
 ``iris.mem.triton`` / ``iris.device.triton`` (here ``iris.device``), its ccl helpers
-(``iris.ccl.utils``) and one module per fused op (``iris.ops.matmul_all_reduce``). Each
+(``iris.ccl.utils``). Each
 is registered here as the module that does its job, or a small module object naming
 those; nothing here has code of its own.
 """
@@ -36,7 +36,6 @@ def register() -> None:
     from .host import tracing as host_tracing  # noqa: F401  (the package gains upstream's events)
     from .host.distributed import helpers, topology  # noqa: F401  (upstream's paths, real here)
     from .host.memory import tensors  # noqa: F401
-    from .ops import upstream as ops_upstream
 
     device_api = {name: getattr(device, name) for name in device.__all__}
     # One module object for both of upstream's device paths (iris.device.triton is its shim).
@@ -75,10 +74,6 @@ def register() -> None:
         "iris.device.triton": mem_triton,
         "iris.device.triton.context": context,
     }
-    # Upstream keeps each fused op in a module of its name (``from iris.ops.matmul_reduce_scatter
-    # import matmul_reduce_scatter``); here they share one, and ``iris.ops.<op>`` stays the function.
-    for op in ("matmul_all_reduce", "all_gather_matmul", "matmul_all_gather", "matmul_reduce_scatter"):
-        modules[f"iris.ops.{op}"] = ops_upstream
     for path, module in modules.items():
         sys.modules.setdefault(path, module)
     host.logging = host_logging

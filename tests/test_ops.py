@@ -13,10 +13,11 @@ from offline import run_cuda_script
 
 import iris
 from iris.ops import FusedConfig, choose_variant
-from iris.ops.config import gather_share, last_wave_split, registers_beside, split_sm_registers
+from iris.ops.config import last_wave_split, registers_beside, split_sm_registers
 from iris.ops.copy_plans import chunk_bounds
 from iris.ops.gemm import SCOPE_GEMM
 from iris.ops.matmul import matmul_launch, tma_compatible
+from iris.ops.selection import gather_share
 from iris_trace import schema
 from iris_trace.events import DMA_PUT
 
@@ -383,7 +384,7 @@ def test_auto_gemm_all_scatter_with_three_peers_follows_the_four_gpu_measurement
 
 def test_gemm_all_scatter_gives_few_sms_to_pushers_that_fit_behind_the_gemm():
     from iris.ops import default_config
-    from iris.ops.config import FEW_PUSHERS, scatter_link_share
+    from iris.ops.selection import FEW_PUSHERS, scatter_link_share
 
     op = "matmul_all_gather"
     assert scatter_link_share(8192, 4) < 1 < scatter_link_share(4096, 4)

@@ -153,7 +153,7 @@ class Backend(ABC):
         """Peak bytes per second of ``device``'s own memory; 0.0 where it is not known.
 
         ``auto`` reads it where two cards of one architecture chose differently
-        (``iris.ops.config.FAST_MEMORY_BYTES_PER_S``).
+        (``iris.ops.selection.FAST_MEMORY_BYTES_PER_S``).
 
         Example:
             >>> backend.memory_bandwidth(torch.device("cuda", 0)) / 1e12   # an H200

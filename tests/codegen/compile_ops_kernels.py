@@ -34,11 +34,13 @@ from triton.compiler import ASTSource
 
 import iris
 from iris.device.dma_trace import dma_record_kernel, dma_start_kernel
-from iris.ops import SHARING_BACKOFF_NS, copy_kernels
+from iris.ops import copy_kernels
+from iris.ops._plans import SHARING_BACKOFF_NS
 from iris.ops.all_scatter import BOTH, CONSUMER, PRODUCER, workgroup_specialized_kernel
-from iris.ops.config import SM_REGISTERS, default_config, split_sm_registers
+from iris.ops.config import SM_REGISTERS, split_sm_registers
 from iris.ops.gemm import matmul_tma_kernel
 from iris.ops.pull_gather import pull_gather_matmul_kernel
+from iris.ops.selection import default_config
 from iris.ops.tile_reduce_scatter import tile_reduce_scatter_kernel
 
 
@@ -108,7 +110,7 @@ def fused_signature(bases: str) -> dict:
 #: The GPU defaults of the shape where consumers share SMs (4 x H200, 4096 x 8192 x 8192).
 SHARING = default_config(4096, 2048, 8192, 4, 132, "matmul_all_gather")
 
-#: The GPU default tile of a large GEMM + all-scatter (iris.ops.config.default_config).
+#: The GPU default tile of a large GEMM + all-scatter (iris.ops.selection.default_config).
 TILES = {
     "BLOCK_M": 128,
     "BLOCK_N": 256,

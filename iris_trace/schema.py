@@ -37,15 +37,53 @@ Example:
 
 from __future__ import annotations
 
+import enum
+
+
 # ---------------------------------------------------------------- event ids
-LOAD, STORE, GET, PUT, COPY = 1, 2, 3, 4, 5
-ATOMIC_ADD, ATOMIC_SUB, ATOMIC_XCHG, ATOMIC_XOR = 6, 7, 8, 9
-ATOMIC_AND, ATOMIC_OR, ATOMIC_MIN, ATOMIC_MAX, ATOMIC_CAS = 10, 11, 12, 13, 14
-SIGNAL, WAIT_UNTIL = 15, 16
-#: A copy-engine put (``iris.host.copy_engine``): filed on lane ``DMA_CU_BASE + target rank``, no SM.
-DMA_PUT = 20
-#: Waits the library issues for a named purpose (``wait_until(..., op="iris.device_barrier")``...).
-BARRIER_WAIT, COLLECTIVE_WAIT, FUSED_OP_WAIT = 21, 22, 23
+class Event(enum.IntEnum):
+    """Every event id below :data:`SCOPE_BASE`, the one place each is written.
+
+    Exports and reports show an event by its name in lower case (:data:`EVENT_NAMES`);
+    each id is also a plain constant of this module (``schema.PUT``). The device's
+    constexprs and ``iris.TraceEvent``'s fields (``iris.device.tracing``) are made from
+    this class, so a new op's id is added here and nowhere else: any free id below
+    :data:`SCOPE_BASE` but the flight recorder's :data:`WAIT_BEGIN` (a test holds that the
+    two never meet).
+    """
+
+    LOAD = 1
+    STORE = 2
+    GET = 3
+    PUT = 4
+    COPY = 5
+    ATOMIC_ADD = 6
+    ATOMIC_SUB = 7
+    ATOMIC_XCHG = 8
+    ATOMIC_XOR = 9
+    ATOMIC_AND = 10
+    ATOMIC_OR = 11
+    ATOMIC_MIN = 12
+    ATOMIC_MAX = 13
+    ATOMIC_CAS = 14
+    SIGNAL = 15
+    WAIT_UNTIL = 16
+    #: A copy-engine put (``iris.host.copy_engine``): filed on lane ``DMA_CU_BASE + target rank``, no SM.
+    DMA_PUT = 20
+    #: Waits the library issues for a named purpose (``wait_until(..., op="iris.device_barrier")``...).
+    DEVICE_BARRIER_WAIT = 21
+    COLLECTIVE_WAIT = 22
+    FUSED_OP_WAIT = 23
+
+
+globals().update({event.name: int(event) for event in Event})
+#: The device API's ops (what kernels issue through ``iris.load`` ... ``iris.wait_until``):
+#: every event but those the library records for its own purposes.
+DEVICE_OPS = tuple(
+    event
+    for event in Event
+    if event not in (Event.DMA_PUT, Event.DEVICE_BARRIER_WAIT, Event.COLLECTIVE_WAIT, Event.FUSED_OP_WAIT)
+)
 #: Event ids from here up are user compute scopes: ``SCOPE_BASE + scope``.
 SCOPE_BASE = 64
 #: Lanes of copy-engine puts start here (``cu_id`` of a ``dma_put``): the copy engines are not SMs.
@@ -59,47 +97,27 @@ NO_RANK = 0xFFFF
 EVERY_PEER = 0xFFFE
 
 #: event id -> name, as exports and reports show it. Ids from SCOPE_BASE up are scopes.
-EVENT_NAMES = {
-    LOAD: "load",
-    STORE: "store",
-    GET: "get",
-    PUT: "put",
-    COPY: "copy",
-    ATOMIC_ADD: "atomic_add",
-    ATOMIC_SUB: "atomic_sub",
-    ATOMIC_XCHG: "atomic_xchg",
-    ATOMIC_XOR: "atomic_xor",
-    ATOMIC_AND: "atomic_and",
-    ATOMIC_OR: "atomic_or",
-    ATOMIC_MIN: "atomic_min",
-    ATOMIC_MAX: "atomic_max",
-    ATOMIC_CAS: "atomic_cas",
-    SIGNAL: "signal",
-    WAIT_UNTIL: "wait_until",
-    DMA_PUT: "dma_put",
-    BARRIER_WAIT: "device_barrier_wait",
-    COLLECTIVE_WAIT: "collective_wait",
-    FUSED_OP_WAIT: "fused_op_wait",
-}
+EVENT_NAMES = {int(event): event.name.lower() for event in Event}
 #: Ops that wait for another rank (their time is stall time).
-WAIT_EVENTS = frozenset({WAIT_UNTIL, BARRIER_WAIT, COLLECTIVE_WAIT, FUSED_OP_WAIT})
+WAIT_EVENTS = frozenset(
+    map(int, (Event.WAIT_UNTIL, Event.DEVICE_BARRIER_WAIT, Event.COLLECTIVE_WAIT, Event.FUSED_OP_WAIT))
+)
 #: Ops that change memory another rank may wait on: possible releasers of a wait (flow
 #: sources in exports), and what a rank "sent" in hang reports.
 RELEASE_EVENTS = frozenset(
-    {STORE, PUT, COPY, ATOMIC_ADD, ATOMIC_SUB, ATOMIC_XCHG, ATOMIC_XOR}
-    | {ATOMIC_AND, ATOMIC_OR, ATOMIC_MIN, ATOMIC_MAX, ATOMIC_CAS, SIGNAL}
+    int(event) for event in DEVICE_OPS if event not in (Event.LOAD, Event.GET, Event.WAIT_UNTIL)
 )
 #: Releases whose ``value`` says what they set, so a waiter's ``value`` can pick among them.
-VALUED_RELEASES = frozenset(RELEASE_EVENTS - {STORE, PUT, COPY})
+VALUED_RELEASES = frozenset(RELEASE_EVENTS - {int(Event.STORE), int(Event.PUT), int(Event.COPY)})
 #: Ops that move data (bytes), as opposed to flags and atomics.
-DATA_EVENTS = frozenset({LOAD, STORE, GET, PUT, COPY, DMA_PUT})
+DATA_EVENTS = frozenset(map(int, (Event.LOAD, Event.STORE, Event.GET, Event.PUT, Event.COPY, Event.DMA_PUT)))
 
 #: ``wait_until``'s ``op=`` name (or its family prefix) -> the event id its trace record gets.
 WAIT_OPS = {
-    "iris.wait_until": WAIT_UNTIL,
-    "iris.device_barrier": BARRIER_WAIT,
-    "iris.ccl": COLLECTIVE_WAIT,
-    "iris.ops": FUSED_OP_WAIT,
+    "iris.wait_until": int(Event.WAIT_UNTIL),
+    "iris.device_barrier": int(Event.DEVICE_BARRIER_WAIT),
+    "iris.ccl": int(Event.COLLECTIVE_WAIT),
+    "iris.ops": int(Event.FUSED_OP_WAIT),
 }
 
 
@@ -114,7 +132,7 @@ def wait_event_id(op: str) -> int:
     for prefix, event_id in WAIT_OPS.items():
         if name == prefix or name.startswith(prefix + "."):
             return event_id
-    return WAIT_UNTIL
+    return int(Event.WAIT_UNTIL)
 
 
 def event_name(event_id: int, scope_names: dict[int, str] | None = None) -> str:

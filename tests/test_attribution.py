@@ -85,7 +85,7 @@ def test_a_releaser_running_nothing_traced_before_its_release_is_not_released_ti
     events = make_events(
         (schema.WAIT_UNTIL, 0, 0, 0, 10, wait_for(address=0x200)),
         (schema.ATOMIC_ADD, 0, 0, 900, 901, signal_to(1, value=2, address=0x0)),
-        (schema.BARRIER_WAIT, 1, 0, 20, 905, wait_for(value=2, address=0x0)),
+        (schema.DEVICE_BARRIER_WAIT, 1, 0, 20, 905, wait_for(value=2, address=0x0)),
     )
     split, causes, _ = split_of(events)
     assert (split["not_released_ns"], split["in_flight_ns"], split["late_look_ns"]) == (880, 1, 4)
@@ -190,7 +190,7 @@ def test_a_barrier_released_by_a_rank_that_had_not_started_is_not_started_time()
     # Rank 0's arrival is its first traced event: its launch came 40 ns after rank 1 began waiting.
     events = make_events(
         (schema.ATOMIC_ADD, 0, 7, 40, 41, signal_to(1, value=2, address=0x0)),
-        (schema.BARRIER_WAIT, 1, 3, 0, 45, wait_for(value=2, address=0x0)),
+        (schema.DEVICE_BARRIER_WAIT, 1, 3, 0, 45, wait_for(value=2, address=0x0)),
     )
     split, _, _ = split_of(events)
     assert split == {

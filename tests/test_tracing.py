@@ -162,7 +162,7 @@ def _device_barrier_events(rank, world_size):
 
 def test_library_waits_are_named_in_traces(multi_world):
     for ev in multi_world.run(_device_barrier_events):
-        assert set(ev["event_id"].tolist()) >= {schema.BARRIER_WAIT}, ev["event_id"]
+        assert set(ev["event_id"].tolist()) >= {schema.DEVICE_BARRIER_WAIT}, ev["event_id"]
         assert schema.WAIT_UNTIL not in set(ev["event_id"].tolist())  # named, not a bare wait_until
 
 
@@ -170,7 +170,7 @@ def test_device_barrier_records_a_signal_and_a_wait_per_peer(multi_world):
     for rank, ev in enumerate(multi_world.run(_device_barrier_events)):
         peers = sorted(set(range(multi_world.world_size)) - {rank})
         signals = ev[ev["event_id"] == schema.SIGNAL]
-        waits = ev[ev["event_id"] == schema.BARRIER_WAIT]
+        waits = ev[ev["event_id"] == schema.DEVICE_BARRIER_WAIT]
         assert sorted(signals["target_rank"].tolist()) == peers and (signals["value"] == 1).all()
         assert (waits["target_rank"] == rank).all() and (waits["value"] >= 1).all()
         # Each wait polls a peer's slot of the row whose slot ``rank`` the signals add to.
@@ -193,6 +193,22 @@ def test_device_wait_ids_follow_the_schema():
     fields = schema.REPORT_FIELDS
     assert [flight.report_word(name) for name in fields] == list(range(len(fields)))
     assert len(schema.REPORT_FIELDS) <= schema.REPORT_WORDS
+
+
+def test_every_event_id_reaches_the_device_and_trace_event_from_the_schema_alone():
+    from iris.device import tracing
+
+    for event in schema.Event:
+        assert int(getattr(tracing, event.name)) == int(event) == getattr(schema, event.name)
+    fields = dict(tracing._TRACE_EVENT_FIELDS)
+    assert {name: fields[name] for name in ("put", "wait", "barrier")} == {
+        "put": schema.PUT,
+        "wait": schema.WAIT_UNTIL,
+        "barrier": schema.DEVICE_BARRIER_WAIT,
+    }
+    assert set(fields) >= {event.name.lower() for event in schema.DEVICE_OPS}
+    # The flight recorder's own kind shares the id space of its entries.
+    assert schema.WAIT_BEGIN not in schema.EVENT_NAMES and schema.WAIT_BEGIN < schema.SCOPE_BASE
 
 
 def _tile_and_scope_body(rank, world_size):

@@ -44,23 +44,17 @@ from . import blocks, layout
 from . import intrinsics as hw
 from .aggregate import aggregate
 
-# Event kinds (``event_id``) and record layout: constexpr copies of ``iris_trace.schema``.
-LOAD: tl.constexpr = tl.constexpr(schema.LOAD)
-STORE: tl.constexpr = tl.constexpr(schema.STORE)
-GET: tl.constexpr = tl.constexpr(schema.GET)
-PUT: tl.constexpr = tl.constexpr(schema.PUT)
-COPY: tl.constexpr = tl.constexpr(schema.COPY)
-ATOMIC_ADD: tl.constexpr = tl.constexpr(schema.ATOMIC_ADD)
-ATOMIC_SUB: tl.constexpr = tl.constexpr(schema.ATOMIC_SUB)
-ATOMIC_XCHG: tl.constexpr = tl.constexpr(schema.ATOMIC_XCHG)
-ATOMIC_XOR: tl.constexpr = tl.constexpr(schema.ATOMIC_XOR)
-ATOMIC_AND: tl.constexpr = tl.constexpr(schema.ATOMIC_AND)
-ATOMIC_OR: tl.constexpr = tl.constexpr(schema.ATOMIC_OR)
-ATOMIC_MIN: tl.constexpr = tl.constexpr(schema.ATOMIC_MIN)
-ATOMIC_MAX: tl.constexpr = tl.constexpr(schema.ATOMIC_MAX)
-ATOMIC_CAS: tl.constexpr = tl.constexpr(schema.ATOMIC_CAS)
-SIGNAL: tl.constexpr = tl.constexpr(schema.SIGNAL)
-WAIT_UNTIL: tl.constexpr = tl.constexpr(schema.WAIT_UNTIL)
+# Every event id as a constexpr under its schema name (``tracing.PUT`` is ``schema.PUT``),
+# made from ``iris_trace.schema.Event``, where each id is written once.
+_EVENT_IDS = {event.name: tl.constexpr(int(event)) for event in schema.Event}
+globals().update(_EVENT_IDS)
+# The ones this module's own code issues, named for readers and the linter (the same constexprs).
+WAIT_UNTIL: tl.constexpr = _EVENT_IDS["WAIT_UNTIL"]
+DMA_PUT: tl.constexpr = _EVENT_IDS["DMA_PUT"]
+DEVICE_BARRIER_WAIT: tl.constexpr = _EVENT_IDS["DEVICE_BARRIER_WAIT"]
+COLLECTIVE_WAIT: tl.constexpr = _EVENT_IDS["COLLECTIVE_WAIT"]
+FUSED_OP_WAIT: tl.constexpr = _EVENT_IDS["FUSED_OP_WAIT"]
+# The record layout: constexpr copies of ``iris_trace.schema``.
 SCOPE_BASE: tl.constexpr = tl.constexpr(schema.SCOPE_BASE)
 #: ``target_rank`` of one record for the same op to every other rank (the reader expands it).
 EVERY_PEER: tl.constexpr = tl.constexpr(schema.EVERY_PEER)
@@ -93,9 +87,12 @@ _W_VALUE: tl.constexpr = tl.constexpr(schema.W_VALUE)
 _OP_INDEX_SHIFT: tl.constexpr = tl.constexpr(schema.WHERE_OP_INDEX_SHIFT)
 
 
-BARRIER_WAIT: tl.constexpr = tl.constexpr(schema.BARRIER_WAIT)
-COLLECTIVE_WAIT: tl.constexpr = tl.constexpr(schema.COLLECTIVE_WAIT)
-FUSED_OP_WAIT: tl.constexpr = tl.constexpr(schema.FUSED_OP_WAIT)
+#: ``iris.TraceEvent()``'s fields: the device API's ops under their names, and upstream
+#: Iris's ``wait`` and ``barrier`` (plain ints: Triton hashes what its functions read).
+_TRACE_EVENT_FIELDS = tuple(
+    [(event.name.lower(), int(event)) for event in schema.DEVICE_OPS]
+    + [("wait", int(schema.Event.WAIT_UNTIL)), ("barrier", int(schema.Event.DEVICE_BARRIER_WAIT))]
+)
 
 
 @aggregate
@@ -112,45 +109,12 @@ class TraceEvent:
         >>> tl.static_assert(iris.TraceEvent().put == 4)
     """
 
-    load: tl.constexpr
-    store: tl.constexpr
-    get: tl.constexpr
-    put: tl.constexpr
-    copy: tl.constexpr
-    atomic_add: tl.constexpr
-    atomic_sub: tl.constexpr
-    atomic_cas: tl.constexpr
-    atomic_xchg: tl.constexpr
-    atomic_xor: tl.constexpr
-    atomic_and: tl.constexpr
-    atomic_or: tl.constexpr
-    atomic_min: tl.constexpr
-    atomic_max: tl.constexpr
-    signal: tl.constexpr
-    wait_until: tl.constexpr
-    wait: tl.constexpr
-    barrier: tl.constexpr
+    __annotations__ = dict.fromkeys((name for name, _ in _TRACE_EVENT_FIELDS), tl.constexpr)
 
     @constexpr_function
     def __init__(self):
-        self.load = LOAD
-        self.store = STORE
-        self.get = GET
-        self.put = PUT
-        self.copy = COPY
-        self.atomic_add = ATOMIC_ADD
-        self.atomic_sub = ATOMIC_SUB
-        self.atomic_cas = ATOMIC_CAS
-        self.atomic_xchg = ATOMIC_XCHG
-        self.atomic_xor = ATOMIC_XOR
-        self.atomic_and = ATOMIC_AND
-        self.atomic_or = ATOMIC_OR
-        self.atomic_min = ATOMIC_MIN
-        self.atomic_max = ATOMIC_MAX
-        self.signal = SIGNAL
-        self.wait_until = WAIT_UNTIL
-        self.wait = WAIT_UNTIL
-        self.barrier = BARRIER_WAIT
+        for name, event_id in _TRACE_EVENT_FIELDS:
+            setattr(self, name, tl.constexpr(event_id))
 
 
 @constexpr_function
@@ -162,7 +126,7 @@ def wait_event(op):
     """
     name = str(op)
     if name == "iris.device_barrier" or name.startswith("iris.device_barrier."):
-        return BARRIER_WAIT
+        return DEVICE_BARRIER_WAIT
     if name == "iris.ccl" or name.startswith("iris.ccl."):
         return COLLECTIVE_WAIT
     if name == "iris.ops" or name.startswith("iris.ops."):

@@ -70,7 +70,8 @@ def main(out_dir: str) -> int:
         report.to_json(os.path.join(out_dir, "report.json"))
         command = f"iris.run -n {world} examples/13_traced_gemm_all_scatter.py ({M}x{world * n}x{K})"
         timeline(trace.events, os.path.join(out_dir, "timeline.png"), world, title=command,
-                 scope_names=trace.scope_names, notes=report.notes, report=report)  # fmt: skip
+                 scope_names=trace.scope_names, notes=report.notes, report=report,
+                 emulated=trace.emulated)  # fmt: skip
         print(report.format_table())
         tiles = -(-M // config.block_m) * -(-n // config.block_n)
         scopes = int((trace.events["event_id"] == GEMM_SCOPE).sum())

@@ -94,6 +94,7 @@ def plot(args) -> int:
         title=title,
         scope_names=trace.scope_names,
         notes=trace_notes(trace),
+        emulated=trace.emulated,
     )
     print(f"wrote {path}")
     return 0

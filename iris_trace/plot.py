@@ -13,10 +13,11 @@ one state at a time by priority:
 :func:`timeline` draws them as one row per SM (or per group of consecutive SMs of a
 rank when there are more rows than fit, said in the axis label), ranks separated and
 labelled, each state its own colour mixed by its fraction, time in µs or ms with the
-bin width stated, and the longest stalls numbered with what released them. Below it,
-the whole run per rank: the overlap ratio (Holistic Trace Analysis's, per bin) and the
-bytes moved (GB/s, by the bin each data op ends in). :func:`binned_fractions` is the
-older two-matrix view (stalled and overlapped fraction per SM).
+bin width stated, and the longest stalls outlined and numbered with what released them.
+Below it, the whole run per rank: the overlap ratio (Holistic Trace Analysis's, per bin)
+and the bytes moved (GB/s, by the bin each data op ends in), each left out with a note
+where it would be flat or, for GB/s under emulation, not a GPU's. :func:`binned_fractions`
+is the older two-matrix view (stalled and overlapped fraction per SM).
 """
 
 from __future__ import annotations
@@ -222,11 +223,16 @@ def timeline(
     notes: list[str] | None = None,
     max_rows: int = MAX_ROWS,
     report=None,
+    emulated: bool = False,
 ) -> str:
     """Write the PNG described in the module docstring; returns ``path`` (needs matplotlib).
 
     ``report``: the :class:`~iris_trace.analysis.Report` of these events when the caller
     has one (its longest stalls are the ones marked); without it they are analysed here.
+    ``emulated``: the times are the interpreter's (the emulation backend), so the GB/s
+    panel, which would show the host's copy rate, is left out. A panel whose values do
+    not change over the run (the overlap ratio of a run that never overlaps) is left
+    out too; the heading says which and why.
 
     Example:
         >>> timeline(trace.events, "stalls.png", trace.world_size, title="gemm + all-scatter")
@@ -234,7 +240,7 @@ def timeline(
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-        from matplotlib.patches import Patch
+        from matplotlib.patches import Patch, Rectangle
     except ImportError as exc:
         raise ImportError("the timeline needs matplotlib: pip install matplotlib") from exc
 
@@ -247,13 +253,16 @@ def timeline(
     scale, unit = _time_unit(edges[-1] - origin)
     span = (edges[-1] - origin) / scale or 1.0
     bin_width = (edges[1] - edges[0]) / scale if len(edges) > 1 else 0.0
+    overview_edges, ratio, moved = rank_overview(events, world_size, bins)
+    panels, left_out = _overview_panels(ratio, moved, emulated)
 
     n_rows = max(len(labels), 1)
-    figure = Figure(figsize=(14, 5.5 + min(0.09 * n_rows, 12.0)), layout="constrained")
+    heights = [max(3.0, 0.09 * n_rows)] + [1.0] * len(panels) + [0.8]
+    figure = Figure(figsize=(14, 3.5 + sum(heights[1:]) + min(0.09 * n_rows, 12.0)), layout="constrained")
     FigureCanvasAgg(figure)  # a bare Agg figure leaves pyplot's global state alone
-    axes = figure.subplots(4, 1, height_ratios=[max(3.0, 0.09 * n_rows), 1.0, 1.0, 0.8])
-    axes[1].sharex(axes[0])
-    axes[2].sharex(axes[0])
+    axes = figure.subplots(len(heights), 1, height_ratios=heights, squeeze=False)[:, 0]
+    for panel in axes[1:-1]:
+        panel.sharex(axes[0])
 
     image = grouped @ COLOURS if len(labels) else np.ones((1, bins, 3))
     axes[0].imshow(
@@ -269,26 +278,47 @@ def timeline(
         axes[0].axhline(boundary + 0.5, color="black", linewidth=1.2)
     grouping = f", SMs in groups of {group}" if group > 1 else ""
     axes[0].set_ylabel(f"rank / SM{grouping}")
+    # Above the picture, never on it; each cell mixes its states' colours by their share of
+    # the bin, so two mixtures stand for the pale and blended shades.
     handles = [Patch(color=COLOURS[i], label=name) for i, name in enumerate(STATES)]
-    axes[0].legend(handles=handles, loc="upper right", fontsize=8, ncols=4, framealpha=0.9)
+    handles += [
+        Patch(color=(COLOURS[0] + COLOURS[3]) / 2, label="half computing, half idle"),
+        Patch(color=(COLOURS[1] + COLOURS[2]) / 2, label="half communicating, half waiting"),
+    ]
+    axes[0].legend(
+        handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8, ncols=6, frameon=False,
+        title="each cell: the states of its SM in its bin, colours mixed by time", title_fontsize=8,
+    )  # fmt: skip
 
     if report is None and len(events):
         report = analyze(events, world_size, scope_names, top=MARKED_STALLS)
-    captions = []
+    captions, marked = [], {}
     for number, stall in enumerate(report.top_stalls[:MARKED_STALLS] if report else [], start=1):
         grouped_row = _grouped_row(labels, stall["rank"], stall["cu_id"], rows, group)
         if grouped_row is None:
             continue
-        middle = (stall["start_ns"] + stall["duration_ns"] / 2 + report.window_start_ns - origin) / scale
+        start = (stall["start_ns"] + report.window_start_ns - origin) / scale
+        width = stall["duration_ns"] / scale
+        # An outline around the stall: the stall stays visible inside it.
+        axes[0].add_patch(
+            Rectangle((start, grouped_row - 0.5), width, 1.0, fill=False, edgecolor="black", linewidth=1.0)
+        )
+        # The number in the margin right of its row (stalls of one row side by side, in
+        # order), so that no number covers a cell.
+        on_row = marked.setdefault(grouped_row, 0)
+        marked[grouped_row] += 1
         axes[0].annotate(
             str(number),
-            (middle, grouped_row),
+            (1.0, grouped_row),
+            xycoords=("axes fraction", "data"),
+            xytext=(8 + 16 * on_row, 0),
+            textcoords="offset points",
             fontsize=8,
             fontweight="bold",
-            ha="center",
+            ha="left",
             va="center",
             bbox={"boxstyle": "circle,pad=0.2", "facecolor": "white", "edgecolor": "black"},
-            zorder=6,  # above the legend (5): the last stall of a run is often at its top right
+            annotation_clip=False,
         )
         released = (
             f"released by rank {stall['releaser_rank']} SM {stall['releaser_cu_id']} {stall['releaser_op']}"
@@ -302,31 +332,51 @@ def timeline(
             f"{stall['duration_ns'] / scale:.3g} {unit}, {released}"
         )
 
-    overview_edges, ratio, moved = rank_overview(events, world_size, bins)
     centres = ((overview_edges[:-1] + overview_edges[1:]) / 2 - origin) / scale
     width_s = np.diff(overview_edges) / 1e9
-    for rank in range(world_size):
-        axes[1].plot(centres, ratio[rank], linewidth=1, label=f"rank {rank}")
-        rate = np.divide(moved[rank], width_s, out=np.zeros_like(moved[rank]), where=width_s > 0) / 1e9
-        axes[2].plot(centres, rate, linewidth=1, label=f"rank {rank}")
-    axes[1].set_ylabel("overlap ratio")
-    axes[1].set_ylim(-0.05, 1.05)
-    axes[2].set_ylabel("GB/s moved")
-    if world_size <= 8:
-        axes[1].legend(fontsize=7, loc="upper right", ncols=min(world_size, 8))
-    axes[2].set_xlabel(f"time since the window start ({unit}); bins of {bin_width:.3g} {unit}")
-    axes[2].set_xlim(0.0, span)
+    rates = np.divide(moved, width_s, out=np.zeros_like(moved), where=width_s > 0) / 1e9
+    for panel, name in zip(axes[1:-1], panels):
+        for rank in range(world_size):
+            values = ratio[rank] if name == "overlap ratio" else rates[rank]
+            panel.plot(centres, values, linewidth=1, label=f"rank {rank}")
+        panel.set_ylabel(name)
+        if name == "overlap ratio":
+            panel.set_ylim(-0.05, 1.05)
+        if world_size <= 8:
+            panel.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=8, frameon=False)
+    axes[-2].set_xlabel(f"time since the window start ({unit}); bins of {bin_width:.3g} {unit}")
+    axes[0].set_xlim(0.0, span)
 
     heading = [title] if title else []
     heading.append(f"{world_size} rank(s), {len(rows)} SM(s) with events, window {span:.4g} {unit}")
-    heading += [textwrap.fill(f"NOTE: {note}", 170) for note in notes or []]
+    heading += [textwrap.fill(f"NOTE: {note}", 170) for note in [*(notes or []), *left_out]]
     figure.suptitle("\n".join(heading), fontsize=9, horizontalalignment="left", x=0.01)
-    axes[3].axis("off")
-    lines = ["longest stalls (numbered above):", *captions] if captions else ["no waits"]
-    axes[3].text(0.0, 1.0, "\n".join(textwrap.shorten(c, 200) for c in lines), fontsize=8, va="top")
+    axes[-1].axis("off")
+    heading_line = "longest stalls (outlined above, numbered right of their row):"
+    lines = [heading_line, *captions] if captions else ["no waits"]
+    axes[-1].text(0.0, 1.0, "\n".join(textwrap.shorten(c, 200) for c in lines), fontsize=8, va="top")
     with files.replacing(path) as partial:
         figure.savefig(partial, dpi=100, format=_image_format(path))
     return path
+
+
+def _overview_panels(ratio: np.ndarray, moved: np.ndarray, emulated: bool) -> tuple[list[str], list[str]]:
+    """The per-rank panels worth drawing under the picture, and a note for each left out."""
+    panels, left_out = [], []
+    defined = ratio[np.isfinite(ratio)]
+    if len(defined) and defined.max() - defined.min() > 1e-6:
+        panels.append("overlap ratio")
+    elif len(defined):
+        left_out.append(f"overlap ratio not drawn: it is {defined[0]:.2g} throughout the run")
+    else:
+        left_out.append("overlap ratio not drawn: no rank communicated or waited")
+    if emulated:
+        left_out.append("GB/s not drawn: the times are the interpreter's (emulation), not a GPU's")
+    elif moved.any():
+        panels.append("GB/s moved")
+    else:
+        left_out.append("GB/s not drawn: no data op moved bytes")
+    return panels, left_out
 
 
 def _image_format(path: str) -> str:

@@ -378,6 +378,15 @@ class Trace:
         domains = [r.clock_domain for r in self.ranks if r.clock_domain]
         return len(set(domains)) < len(domains)
 
+    @property
+    def emulated(self) -> bool:
+        """Whether the times are the host's (the emulation backend), not a GPU's.
+
+        Example:
+            >>> timeline(trace.events, "t.png", trace.world_size, emulated=trace.emulated)
+        """
+        return all(r.clock_domain.startswith("host:") for r in self.ranks)
+
     @classmethod
     def from_files(cls, paths: list[str]) -> Trace:
         """Merge one ``.npz`` file per rank.

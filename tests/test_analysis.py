@@ -447,6 +447,18 @@ def test_timeline_draws_every_state_that_occurs(tmp_path):
             assert (np.abs(pixels - colour).max(axis=-1) < 0.02).any(), f"no {state} pixels"
 
 
+def test_panels_without_information_are_left_out_with_a_note():
+    from iris_trace.plot import _overview_panels
+
+    varied, flat, none = np.array([[0.0, 1.0]]), np.array([[0.0, 0.0]]), np.full((1, 2), np.nan)
+    moved, still = np.array([[10.0, 0.0]]), np.zeros((1, 2))
+    assert _overview_panels(varied, moved, emulated=False) == (["overlap ratio", "GB/s moved"], [])
+    panels, notes = _overview_panels(flat, still, emulated=False)
+    assert panels == [] and "0 throughout" in notes[0] and "no data op" in notes[1]
+    panels, notes = _overview_panels(none, moved, emulated=True)
+    assert panels == [] and "no rank communicated" in notes[0] and "emulation" in notes[1]
+
+
 def test_overview_gives_overlap_ratio_and_bytes_per_rank():
     put = ("put", 0, 1, 0, 40, {"payload_bytes": 1000, "target_rank": 1})
     edges, ratio, moved = rank_overview(make_events((GEMM, 0, 0, 0, 100), put), 2, bins=2)

@@ -12,38 +12,8 @@ Example:
 """
 
 from . import config  # noqa: I001  (sets TRITON_INTERPRET before anything imports triton.jit users)
-from .device import (
-    AllReduceConfig,
-    DeviceContext,
-    TensorView,
-    Tile,
-    TileView,
-    TraceEvent,
-    atomic_add,
-    atomic_and,
-    atomic_cas,
-    atomic_max,
-    atomic_min,
-    atomic_or,
-    atomic_sub,
-    atomic_xchg,
-    atomic_xor,
-    copy,
-    fence,
-    get,
-    load,
-    make_tensor_view,
-    offset_ptr,
-    put,
-    signal,
-    store,
-    tile_layout,
-    tile_ptr,
-    trace_begin,
-    trace_end,
-    translate,
-    wait_until,
-)
+from . import device
+from .device import *  # noqa: F403  (the device API: device.__all__)
 from .host.memory import tensors as tensor_creation
 from ._upstream_paths import register as _register_upstream_paths
 from .host.distributed.helpers import HostTimeoutError
@@ -55,12 +25,12 @@ from .host.log import DEBUG, ERROR, INFO, WARNING, IrisFormatter, logger, set_lo
 
 BACKEND = config.BACKEND
 #: Upstream Iris's name for :class:`DeviceContext`.
-Context = DeviceContext
+Context = device.DeviceContext
 
 _register_upstream_paths()
 
 __all__ = [
-    "AllReduceConfig",
+    *device.__all__,
     "BACKEND",
     "Context",
     "DEBUG",
@@ -68,45 +38,16 @@ __all__ = [
     "INFO",
     "WARNING",
     "DeviceCheckError",
-    "DeviceContext",
     "HostTimeoutError",
     "SettingError",
     "ArgumentCountError",
     "InvalidArgumentError",
     "Iris",
     "IrisFormatter",
-    "TensorView",
-    "Tile",
-    "TileView",
-    "TraceEvent",
     "WaitTimeoutError",
-    "atomic_add",
-    "atomic_and",
-    "atomic_cas",
-    "atomic_max",
-    "atomic_min",
-    "atomic_or",
-    "atomic_sub",
-    "atomic_xchg",
-    "atomic_xor",
-    "copy",
-    "fence",
-    "get",
     "iris",
-    "load",
     "logger",
-    "make_tensor_view",
-    "offset_ptr",
-    "put",
     "set_logger_level",
-    "signal",
     "spawn",
-    "store",
     "tensor_creation",
-    "tile_layout",
-    "tile_ptr",
-    "trace_begin",
-    "trace_end",
-    "translate",
-    "wait_until",
 ]

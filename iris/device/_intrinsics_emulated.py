@@ -45,9 +45,17 @@ def load_invariant(pointer):
     return tl.load(pointer).to(tl.int64, bitcast=True)
 
 
+#: How long a spinning wait gives its CPU away between polls. The flag it polls is set by
+#: another rank's process, which may need this very CPU (a CI machine of two cores runs
+#: four interpreted ranks): spinning flat out only delays the release it waits for.
+SPIN_PAUSE_S = 100e-6
+
+
 def progress():
-    # A rank that spins lets its cross-node puts land, as NVSHMEM delivers them eventually.
+    # A rank that spins lets its cross-node puts land, as NVSHMEM delivers them eventually,
+    # and lets the other ranks' processes run.
     RemoteWrites.complete()
+    time.sleep(SPIN_PAUSE_S)
 
 
 def spin_start():

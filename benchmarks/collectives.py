@@ -19,6 +19,12 @@ applies, eager and graph (to place ``Config.low_latency_max_bytes``);
 ``--configs`` adds Iris with other settings
 (``"comm_sms=32,block_size=8192;protocol=pushed"``), eager and graph.
 
+all_reduce also runs PyTorch SymmetricMemory's one-shot and two-shot all-reduces
+(``torch.ops.symm_mem``) on a symmetric buffer of their own, eager and graph, each checked
+against NCCL's result first: what a torch user would pick instead. Their multicast
+(multimem) variants stay off, as NVLS does on these machines; where this torch has no
+symmetric memory the rows are left out and the report says why (``torch_symm``).
+
     python -m iris.run -n 4 benchmarks/collectives.py --out benchmarks/results/collectives_h200x4.json
 """
 
@@ -39,6 +45,54 @@ KIB = 1024
 GRAPH_CALLS = 10
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 VARIANTS = ("one_shot", "two_shot", "ring", "atomic")
+#: PyTorch SymmetricMemory's all-reduces timed beside NCCL and Iris.
+TORCH_SYMM_ALL_REDUCES = ("one_shot", "two_shot")
+
+
+class TorchSymmetric:
+    """PyTorch SymmetricMemory's all-reduces on one symmetric buffer of ``max_bytes``.
+
+    Example:
+        >>> symm = TorchSymmetric(1 << 20, torch.float32, torch.device("cuda", 0))
+        >>> symm.call("two_shot", 1024)()   # in place on the buffer's first 1024 elements
+    """
+
+    def __init__(self, max_bytes: int, dtype: torch.dtype, device: torch.device):
+        import torch.distributed._symmetric_memory as symm_mem
+
+        self.group = dist.group.WORLD.group_name
+        symm_mem.enable_symm_mem_for_group(self.group)
+        self.buffer = symm_mem.empty(max_bytes // dtype.itemsize, dtype=dtype, device=device)
+        symm_mem.rendezvous(self.buffer, self.group)
+
+    def call(self, variant: str, n: int):
+        """One all-reduce of the buffer's first ``n`` elements (one-shot out of place, two-shot in place)."""
+        tensor = self.buffer[:n]
+        if variant == "one_shot":
+            return lambda: torch.ops.symm_mem.one_shot_all_reduce(tensor, "sum", self.group)
+        return lambda: torch.ops.symm_mem.two_shot_all_reduce_(tensor, "sum", self.group)
+
+    def check(self, ctx, variant: str, values: torch.Tensor, reference: torch.Tensor) -> bool:
+        """Whether ``variant`` of ``values`` (this rank's input) gives NCCL's ``reference``, every element."""
+        tensor = self.buffer[: values.numel()]
+        tensor.copy_(values)
+        torch.cuda.synchronize()
+        ctx.barrier()
+        result = self.call(variant, values.numel())()
+        result = tensor if result is None else result
+        torch.cuda.synchronize()
+        ctx.barrier()
+        return bool(torch.allclose(result, reference, rtol=1e-5, atol=1e-5))
+
+
+def torch_symmetric(max_bytes: int, dtype: torch.dtype, device: torch.device):
+    """``(TorchSymmetric, None)``, or ``(None, why)`` where this torch or machine has none."""
+    try:
+        return TorchSymmetric(max_bytes, dtype, device), None
+    except (ImportError, AttributeError, RuntimeError) as error:
+        return None, f"{type(error).__name__}: {error}"
+
+
 PROTOCOLS = ("low_latency", "staged", "direct")
 
 
@@ -94,10 +148,15 @@ def calls(ctx, name: str, iris_in, iris_out, nccl_in, nccl_out, config):
     )
 
 
+def input_values(ctx, like: torch.Tensor) -> torch.Tensor:
+    """This rank's random input, the same for every implementation."""
+    generator = torch.Generator(device=like.device).manual_seed(1000 + ctx.get_rank())
+    return torch.randn(like.numel(), generator=generator, device=like.device).to(like.dtype)
+
+
 def check(ctx, name, iris_in, iris_out, nccl_in, nccl_out, iris_call, nccl_call) -> bool:
     """Same random input to both, outputs poisoned, every element compared."""
-    generator = torch.Generator(device=iris_in.device).manual_seed(1000 + ctx.get_rank())
-    values = torch.randn(iris_in.numel(), generator=generator, device=iris_in.device).to(iris_in.dtype)
+    values = input_values(ctx, iris_in)
     iris_in.copy_(values)
     nccl_in.copy_(values)
     receives = name != "broadcast" or ctx.get_rank() != 0
@@ -149,6 +208,8 @@ def entries(args, name: str, nbytes: int) -> list[tuple[str, Config | None, bool
     base = Config(comm_sms=args.comm_sms)
     graphs = not args.no_graphs
     rows = [("iris", base, graphs), ("nccl", None, graphs)]
+    if name == "all_reduce" and args.torch_symm is not None:
+        rows += [(f"torch:{v}", None, graphs) for v in TORCH_SYMM_ALL_REDUCES]
     if args.variants and name == "all_reduce" and nbytes <= 256 << 20:
         rows += [(f"iris:{v}", dataclasses.replace(base, all_reduce_variant=v), False) for v in VARIANTS]
     if args.protocols and nbytes <= 1 << 20:
@@ -185,6 +246,11 @@ def main():
     dtype = torch.float32
     heap_in = ctx.empty(max_bytes // 4, dtype=dtype)
     heap_out = ctx.empty(max_bytes // 4, dtype=dtype)
+    args.torch_symm, torch_symm_missing = None, None
+    if "all_reduce" in args.collectives.split(","):
+        args.torch_symm, torch_symm_missing = torch_symmetric(max_bytes, dtype, ctx.get_device())
+        if torch_symm_missing and ctx.get_rank() == 0:
+            print(f"PyTorch SymmetricMemory rows left out: {torch_symm_missing}", flush=True)
     sizes = []
     size = args.min_kib * KIB
     while size <= max_bytes:
@@ -196,10 +262,22 @@ def main():
             bufs = buffers(name, nbytes, world, heap_in, heap_out, dtype)
             iris_call, nccl_call = calls(ctx, name, *bufs, Config(comm_sms=args.comm_sms))
             ok = all_ranks_agree(check(ctx, name, *bufs, iris_call, nccl_call))
+            reference = bufs[3].clone()  # NCCL's result, before its timing sums in place
             iters = iterations(nbytes, args.iters)
             for impl, config, graphs in entries(args, name, nbytes):
-                fn = nccl_call if impl == "nccl" else calls(ctx, name, *bufs, config)[0]
-                if impl.startswith("iris:"):
+                if impl.startswith("torch:"):
+                    variant, n = impl.split(":")[1], bufs[0].numel()
+                    try:
+                        correct = args.torch_symm.check(ctx, variant, input_values(ctx, bufs[0]), reference)
+                    except RuntimeError:  # the same refusal on every rank (its size limits)
+                        torch.cuda.synchronize()
+                        ctx.barrier()
+                        continue
+                    fn, ok_variant = args.torch_symm.call(variant, n), all_ranks_agree(correct)
+                elif impl == "nccl":
+                    fn, ok_variant = nccl_call, ok
+                elif impl.startswith("iris:"):
+                    fn = calls(ctx, name, *bufs, config)[0]
                     try:
                         ok_variant = all_ranks_agree(check(ctx, name, *bufs, fn, nccl_call))
                     except CollectiveError:  # raised on every rank: this protocol cannot run here
@@ -207,7 +285,7 @@ def main():
                         ctx.barrier()
                         continue
                 else:
-                    ok_variant = ok
+                    fn, ok_variant = calls(ctx, name, *bufs, config)[0], ok
                 timing = measure(ctx, fn, iters, graphs, args.trials)
                 row = {
                     "collective": name,
@@ -226,6 +304,9 @@ def main():
                 if ctx.get_rank() == 0:
                     print(_line(row), flush=True)
     report = {"world_size": world, "dtype": "float32", "graph_calls": GRAPH_CALLS, "rows": rows}
+    report["torch_symm"] = (
+        torch_symm_missing or "one_shot and two_shot all_reduce; multicast variants off (no NVLS)"
+    )
     report["summary"] = summarize(rows)
     write_report(report, args.out, world)
     if ctx.get_rank() == 0:
@@ -260,30 +341,44 @@ def summarize(rows) -> list[dict]:
             continue
         nccl = table[(name, nbytes, "nccl")]
         entry = {"collective": name, "bytes": nbytes, "correct": row["correct"]}
+        torch_rows = [
+            table[(name, nbytes, f"torch:{v}")]
+            for v in TORCH_SYMM_ALL_REDUCES
+            if (name, nbytes, f"torch:{v}") in table
+        ]
         for mode in ("eager", "graph"):
             key = f"{mode}_us"
             if key in row and key in nccl:
                 entry[f"{mode}_iris_us"] = row[key]
                 entry[f"{mode}_nccl_us"] = nccl[key]
                 entry[f"{mode}_speedup"] = nccl[key] / row[key]
+                peers = [r for r in torch_rows if key in r and r["correct"]]
+                if peers:
+                    fastest = min(peers, key=lambda r: r[key])
+                    entry[f"{mode}_torch_us"], entry[f"{mode}_torch_impl"] = fastest[key], fastest["impl"]
+                    entry[f"{mode}_vs_best_peer"] = min(nccl[key], fastest[key]) / row[key]
         summary.append(entry)
     return summary
 
 
 def print_summary(summary) -> None:
     print(
-        "\n| collective | size | eager Iris us | eager NCCL us | speedup | graph Iris us | graph NCCL us | speedup |"
+        "\n| collective | size | eager Iris us | eager NCCL us | speedup | graph Iris us | graph NCCL us | speedup "
+        "| eager / graph vs best of NCCL and torch |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for e in summary:
         graph = (
             f"{e['graph_iris_us']:.1f} | {e['graph_nccl_us']:.1f} | {e['graph_speedup']:.2f}x"
             if "graph_iris_us" in e
             else "- | - | -"
         )
+        peers = " / ".join(
+            f"{e[f'{m}_vs_best_peer']:.2f}x" if f"{m}_vs_best_peer" in e else "-" for m in ("eager", "graph")
+        )
         print(
             f"| {e['collective']} | {_size(e['bytes'])} | {e['eager_iris_us']:.1f} | {e['eager_nccl_us']:.1f} | "
-            f"{e['eager_speedup']:.2f}x | {graph} |"
+            f"{e['eager_speedup']:.2f}x | {graph} | {peers} |"
         )
 
 

@@ -14,6 +14,11 @@ for gemm_all_scatter also the other overlap styles. `auto` is whichever of fused
 unfused ctx.ops would pick (iris.ops.selection.choose_variant), with its measured time.
 gemm_all_scatter, matmul_reduce_scatter and all_gather_matmul also time the copy-engine
 variant (cuBLAS on every SM, DMA puts pipelined behind it).
+all_gather_matmul and matmul_reduce_scatter also time PyTorch SymmetricMemory's fused
+async-TP op (``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``,
+checked like the others), what a torch user picks instead; torch has no fused op for
+gemm_all_scatter (a GEMM whose output is gathered) or matmul_all_reduce. Each row gives
+``auto`` against the best of cuBLAS + NCCL and torch's fused op (``auto_vs_best_peer``).
 Every rank runs the same fixed iteration count (benchmarks/common.py: warm-up, barrier,
 CUDA events, max over ranks), in `--trials` trials (default 5) that go round every way
 in a new (seeded) order each; each result is the median trial. Each fused and unfused result is checked,
@@ -53,6 +58,8 @@ OPS = ("gemm_all_scatter", "matmul_all_reduce", "matmul_reduce_scatter", "all_ga
 STYLES = ("bulk_synchronous", "fused_sequential", "producer_consumer")  # workgroup_specialized = fused
 #: Ops with a copy-engine variant (cuBLAS on every SM, pipelined DMA puts).
 COPY_ENGINE_OPS = ("gemm_all_scatter", "matmul_reduce_scatter", "all_gather_matmul")
+#: The ops PyTorch SymmetricMemory fuses the same way (its async tensor parallelism).
+TORCH_FUSED_OPS = ("all_gather_matmul", "matmul_reduce_scatter")
 FULL_M = (1024, 2048, 4096, 8192, 16384)
 FULL_NK = (4096, 8192, 14336)
 DEFAULT_SHAPES = [(m, n, k) for m in (1024, 4096, 16384) for n, k in ((8192, 8192), (14336, 4096))]
@@ -95,6 +102,7 @@ class Problem:
         if args.comm_sms:
             self.config = self.config.replace(comm_sms=args.comm_sms)
         self._gemm_step = None  # the plain Triton GEMM, built on first use
+        self.torch_fused = _torch_fused(op, self.a, self.b, args.torch_group) if args.torch_group else None
 
     def baseline(self):
         if self.op == "gemm_all_scatter":
@@ -147,6 +155,31 @@ class Problem:
         return self.ctx.ops.choose_variant(self.config, self.rows, self.cols, self.depth, self.ops_name)
 
 
+def _torch_fused(op, a, b, group):
+    """PyTorch SymmetricMemory's fused op computing ``op`` on ``a`` and ``b``, or None where it has none."""
+    if op == "all_gather_matmul":
+        return lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [b], gather_dim=0, group_name=group)[1][
+            0
+        ]
+    if op == "matmul_reduce_scatter":
+        return lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(
+            a, b, "sum", scatter_dim=0, group_name=group
+        )
+    return None
+
+
+def torch_symmetric_group() -> tuple[str | None, str]:
+    """The world group's name with SymmetricMemory enabled, or ``(None, why not)``."""
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        group = dist.group.WORLD.group_name
+        symm_mem.enable_symm_mem_for_group(group)
+        return group, "fused_all_gather_matmul, fused_matmul_reduce_scatter; multicast variants off (no NVLS)"
+    except (ImportError, AttributeError, RuntimeError) as error:
+        return None, f"left out: {type(error).__name__}: {error}"
+
+
 def measure(ctx, problem, args):
     """(median ms, relative error, ms of every trial) per way of running ``problem``.
 
@@ -175,6 +208,10 @@ def measure(ctx, problem, args):
         label = f"{variant}[" + ",".join(f"{k}={v}" for k, v in fields.items()) + "]"
         checked[label] = (variant, problem.config.replace(**fields))
     errors = {}
+    if problem.torch_fused is not None:
+        runs["torch_fused"] = problem.torch_fused
+        errors["torch_fused"] = relative_error(problem.torch_fused(), expected)
+        ctx.barrier()
     for label, (variant, config) in checked.items():
         runs[label] = lambda v=variant, c=config: problem.iris(v, c)
         # Twice: plans that are recorded as CUDA graphs replay from the second call on.
@@ -216,6 +253,7 @@ def main():
         default=[],
         help="also time the fused kernel with these FusedConfig changes: 'block_n=128,comm_sms=28;comm_sms=8'",
     )
+    parser.add_argument("--no-torch", action="store_true", help="skip PyTorch SymmetricMemory's fused ops")
     parser.add_argument("--out", default=None)
     parser.add_argument("--plot", default=None, help="PNG path (default: --out with .png)")
     args = parser.parse_args()
@@ -234,6 +272,7 @@ def main():
         if M % world or N % world or K % world:
             raise SystemExit(f"shape {(M, N, K)}: every dimension must divide by the {world} ranks")
     arena = ctx.empty(max(m * n for m, n, _ in shapes), dtype=torch.bfloat16)  # every op's heap output
+    args.torch_group, torch_fused_note = (None, "not asked for") if args.no_torch else torch_symmetric_group()
     rows = []
     for op in args.ops:
         for shape in shapes:
@@ -253,7 +292,7 @@ def main():
                 "speedup": {
                     v: ms["baseline"] / t
                     for v, t in ms.items()
-                    if v not in ("baseline", "cublas", "triton_gemm")
+                    if v not in ("baseline", "cublas", "triton_gemm", "torch_fused")
                 },
                 # The speedup if all communication hid behind a GEMM as fast as cuBLAS:
                 # no style can beat it without beating cuBLAS.
@@ -264,6 +303,11 @@ def main():
                 "correct": all_ranks_agree(max(errors.values()) < 2e-2),
             }
             row["speedup"]["auto"] = row["speedup"][auto]
+            # What a user would pick instead: cuBLAS + NCCL, or torch's fused op where it has one.
+            best_peer = min(ms["baseline"], ms.get("torch_fused", float("inf")))
+            if "torch_fused" in ms:
+                row["torch_fused_speedup"] = ms["baseline"] / ms["torch_fused"]
+            row["auto_vs_best_peer"] = best_peer / ms[auto]
             rows.append(row)
             if rank == 0:
                 s = row["speedup"]
@@ -274,6 +318,12 @@ def main():
                     f"Triton {row['triton_gemm_tflops']:6.1f}  ok={row['correct']}",
                     flush=True,
                 )
+                if "torch_fused" in ms:
+                    print(
+                        f"    torch_fused {ms['torch_fused']:8.3f} ms ({row['torch_fused_speedup']:.2f}x); "
+                        f"auto against the best of cuBLAS + NCCL and torch: {row['auto_vs_best_peer']:.2f}x",
+                        flush=True,
+                    )
                 if "copy_engine" in ms:
                     print(
                         f"    copy_engine {ms['copy_engine']:8.3f} ms ({s['copy_engine']:.2f}x)", flush=True
@@ -290,6 +340,7 @@ def main():
         "shapes": "custom" if args.shapes else ("full" if args.full else "default"),
         "results": rows,
         "goals": goals,
+        "torch_fused": torch_fused_note,
         "seconds": round(time.time() - started, 1),
     }
     if rank == 0:
@@ -357,6 +408,16 @@ def check_goals(rows, world_size):
                 "met": speedup >= 1.45,
                 "detail": f"{speedup}x",
             }
+    peers = [
+        (round(r["auto_vs_best_peer"], 3), r["op"], r["M"], r["N"], r["K"])
+        for r in rows
+        if "torch_fused_speedup" in r
+    ]
+    if peers:
+        goals["auto >= the best of cuBLAS + NCCL and torch's fused op"] = {
+            "met": min(peers)[0] >= 1.0,
+            "detail": f"worst {min(peers)}",
+        }
     goals["all results correct"] = {"met": all(r["correct"] for r in rows), "detail": f"{len(rows)} cases"}
     return goals
 

@@ -94,6 +94,40 @@ def test_put_events_are_exact(world):
     world.run(_counts_body, 3, 2)
 
 
+def _upstream_export_body(rank, world_size, directory):
+    import json
+
+    with iris.iris(1 << 22) as ctx:
+        assert ctx.tracing.trace_counter is None  # upstream's: no counter before enable
+        src, dst = ctx.randn(BLOCK), ctx.zeros(BLOCK)
+        ctx.tracing.enable(max_events=64 * ctx.get_cu_count())
+        put_blocks[(2,)](src, dst, N, 1, rank, world_size, ctx.get_heap_bases(), BLOCK=BLOCK)
+        puts = 2 * (world_size - 1)
+        assert ctx.tracing.trace_counter.item() == puts
+        path = os.path.join(directory, "trace.json")
+        mine = ctx.tracing.export(path)  # upstream's default form: this rank's file, not collective
+        with open(os.path.join(directory, f"trace_rank{rank}.json")) as handle:
+            assert json.load(handle) == mine
+        slices = [e for e in mine["traceEvents"] if e["ph"] != "M"]
+        assert len(slices) == puts and {e["name"] for e in slices} == {"put"}
+        assert {e["pid"] for e in slices} == {rank} and mine["metadata"]["world_size"] == world_size
+        assert all(e["args"]["payload_size"] == N * 4 for e in slices)
+        merged = ctx.tracing.export(path, merge=True)
+        if rank == 0:
+            with open(path) as handle:
+                assert json.load(handle) == merged
+            names = [e for e in merged["traceEvents"] if e.get("name") == "put" and e.get("ph") == "X"]
+            assert sorted({e["pid"] for e in names}) == list(range(world_size))
+            assert len(names) == world_size * puts and merged["metadata"]["total_events"] == world_size * puts
+        else:
+            assert merged == {}
+        ctx.barrier()
+
+
+def test_upstream_export_writes_its_files_and_returns_its_documents(multi_world, tmp_path):
+    multi_world.run(_upstream_export_body, str(tmp_path))
+
+
 def _every_op_body(rank, world_size):
     with iris.iris(1 << 22) as ctx:
         buf = ctx.zeros(32, dtype=torch.int32)

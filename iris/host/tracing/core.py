@@ -24,6 +24,7 @@ from iris_trace.trace import RankTrace, Trace, claim_directory
 from ...device import layout
 from ...device import tracing as device_tracing
 from ...device.clock_sync import ping_kernel, pong_kernel
+from . import upstream_json
 
 COUNTER_STRIDE = int(device_tracing.COUNTER_STRIDE)
 RECORD_WORDS = int(device_tracing.RECORD_WORDS)
@@ -190,20 +191,44 @@ class Tracing:
         dist.gather_object(rank_trace, gathered, dst=0, group=self._ctx._comm.control_group)
         return Trace(gathered) if self._ctx.cur_rank == 0 else None
 
-    def export(self, directory: str):
-        """Collect (collective) and write one ``rank<N>.npz`` per rank into ``directory``.
+    def export(self, path: str = "trace.json", merge: bool = False):
+        """Write the trace (collective where it merges), in this package's form or upstream Iris's.
 
-        Returns the merged ``iris_trace.Trace`` on rank 0 and ``None`` elsewhere. If a live
-        job of another run is writing into ``directory``, the files go to
+        A directory (this package's form): every rank writes ``rank<N>.npz`` there (for
+        ``iris-trace``), and rank 0 gets the merged ``iris_trace.Trace`` (``None`` elsewhere).
+        If a live job of another run is writing into it, the files go to
         ``<directory>-<run>`` instead (said on stderr); ``trace.directory`` is where they went.
 
+        A ``.json`` file name (upstream Iris's form, and its default): every rank writes its
+        events as Chrome trace JSON to ``<name>_rank<N>.json`` and gets that document back;
+        with ``merge=True`` rank 0 also writes every rank's events, on its clock, to the
+        file itself and gets that document, the other ranks ``{}``
+        (:mod:`iris.host.tracing.upstream_json`).
+
         Example:
-            >>> ctx.tracing.export("traces/")
+            >>> trace = ctx.tracing.export("traces/")              # rank0.npz, rank1.npz, ...
+            >>> merged = ctx.tracing.export("trace.json", merge=True)
         """
+        if str(path).endswith(".json"):
+            return upstream_json.export(self, str(path), merge)
         trace = self.collect()
         if trace is not None:
-            trace.save(directory)
+            trace.save(path)
         return trace
+
+    @property
+    def trace_counter(self) -> torch.Tensor | None:
+        """Events this rank's kernels have recorded or tried to (upstream Iris's counter): a
+        one-element int32 tensor on the device, ``None`` before :meth:`enable`.
+
+        Example:
+            >>> assert ctx.tracing.trace_counter.item() >= 1
+        """
+        if self._counters is None:
+            return None
+        recorded = self._counters.view(self._regions, COUNTER_STRIDE)[:, 0].sum()
+        dropped = self._dropped.view(self._regions, COUNTER_STRIDE)[:, 0].sum()
+        return (recorded + dropped).to(torch.int32).view(1)
 
     # ------------------------------------------------------------------ internals
     def _require_buffers(self) -> None:

@@ -22,6 +22,8 @@ from .errors import ArgumentCountError, DeviceCheckError, InvalidArgumentError, 
 from .host.iris import Iris, iris
 from .host.launch import spawn
 from .host.log import DEBUG, ERROR, INFO, WARNING, IrisFormatter, logger, set_logger_level
+from .host.platform import hip
+from .host.platform.utils import do_bench
 
 BACKEND = config.BACKEND
 #: Upstream Iris's name for :class:`DeviceContext`.
@@ -45,6 +47,8 @@ __all__ = [
     "Iris",
     "IrisFormatter",
     "WaitTimeoutError",
+    "do_bench",
+    "hip",
     "iris",
     "logger",
     "set_logger_level",

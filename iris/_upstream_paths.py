@@ -31,6 +31,7 @@ def register() -> None:
     from .ccl import config as ccl_config
     from .ccl import runtime as ccl_runtime
     from .device import context, rma, tiles, tracing
+    from .device import utils as device_utils
     from .host import iris as _host_iris  # noqa: F401  (iris.host.iris: upstream's module of the Iris class)
     from .host import log
     from .host import tracing as host_tracing  # noqa: F401  (the package gains upstream's events)
@@ -66,13 +67,14 @@ def register() -> None:
         "iris.host.logging.logging": log,
         "iris.host.tracing.events": events,
         "iris.ccl.utils": ccl_utils,
-        "iris.mem": _alias("iris.mem", "Alias of the device API.", triton=mem_triton),
+        "iris.mem": _alias("iris.mem", "Alias of the device API.", triton=mem_triton, utils=device_utils),
         "iris.mem.triton": mem_triton,
         "iris.mem.triton.context": context,
         "iris.mem.triton.types": tiles,
         "iris.mem.triton.ops": rma,
         "iris.device.triton": mem_triton,
         "iris.device.triton.context": context,
+        "iris.mem.utils": device_utils,
     }
     for path, module in modules.items():
         sys.modules.setdefault(path, module)

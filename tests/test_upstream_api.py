@@ -6,9 +6,12 @@ import textwrap
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from conftest import get_pool
 
 import iris
+from iris.device.utils import get_cu_id, get_xcc_id, read_realtime
 
 
 def _host_api_body(rank, world_size):
@@ -122,6 +125,81 @@ def test_upstream_names_and_module_paths():
     from iris.host.memory import tensors
 
     assert tensors is iris.host.memory.tensors
+
+
+def _newer_host_api_body(rank, world_size):
+    import numpy as np
+
+    from iris.host.distributed.helpers import distributed_allgather_multidim
+
+    with iris.iris(1 << 22) as ctx:
+        # arange's start, end and step by name, as upstream's tests call it.
+        assert torch.equal(ctx.arange(start=1, end=7, step=2).cpu(), torch.arange(1, 7, 2))
+        assert torch.equal(ctx.arange(end=3).cpu(), torch.arange(3))
+        # pin_memory is taken (and means nothing for device memory), as upstream's.
+        for factory in (ctx.empty, ctx.rand, ctx.randn):
+            assert ctx.is_symmetric(factory(2, 3, pin_memory=True))
+        # Upstream's view of the device barrier: one flags tensor per group, reused.
+        ctx.device_barrier()
+        flags = ctx._device_barrier_state[None]
+        ctx.device_barrier()
+        assert ctx._device_barrier_state[None].data_ptr() == flags.data_ptr()
+        # Every rank's row, in rank order.
+        rows = distributed_allgather_multidim(np.array([rank, 10 * rank]))
+        assert rows.tolist() == [[r, 10 * r] for r in range(world_size)]
+
+
+def test_newer_upstream_host_calls(world):
+    world.run(_newer_host_api_body)
+
+
+def _default_device_body(rank, world_size):
+    # Upstream's flash-decode test sets a default device; the package's own host
+    # tensors (flight report, context slots) must not follow it.
+    try:
+        torch.set_default_device("meta")
+        with iris.iris(1 << 22) as ctx:
+            x = ctx.ones(8)
+            ctx.ccl.all_reduce(ctx.zeros(8), x)
+            ctx.device_barrier()
+            assert x.device.type != "meta"
+    finally:
+        torch.set_default_device(None)
+
+
+def test_a_default_device_set_by_the_program_is_not_followed_by_iris_own_tensors(world):
+    world.run(_default_device_body)
+
+
+def test_upstream_platform_queries_and_do_bench():
+    from iris.host.platform import hip
+
+    assert iris.hip is hip
+    assert hip.get_num_xcc() == 1 and hip.get_cu_count() >= 1 and hip.get_wall_clock_rate() == 10**6
+    assert hip.count_devices() >= 1 and hip.get_device_id() >= 0 and isinstance(hip.get_arch_string(), str)
+    calls = []
+    times = iris.do_bench(lambda: calls.append(1), n_warmup=2, n_repeat=5, return_mode="all")
+    assert len(calls) == 1 + 2 + 5 and len(times) == 5 and all(t >= 0 for t in times)
+    low, high = iris.do_bench(lambda: None, n_warmup=0, n_repeat=4, quantiles=[0.0, 1.0])
+    assert low <= high
+    with pytest.raises(ValueError, match="return_mode"):
+        iris.do_bench(lambda: None, return_mode="p99")
+
+
+@triton.jit
+def _timed_kernel(out):
+    start = read_realtime()
+    tl.store(out + 1, get_cu_id() * 0 + get_xcc_id())
+    tl.store(out, read_realtime() - start)
+
+
+def test_read_realtime_times_a_kernel():
+    from iris.mem.utils import read_realtime as upstream_path
+
+    assert upstream_path is read_realtime
+    out = torch.full((2,), -1, dtype=torch.int64)
+    _timed_kernel[(1,)](out)
+    assert out[0] >= 0 and out[1] == 0
 
 
 def test_iris_formatter_names_rank_and_level():

@@ -7,6 +7,7 @@ map, how to map a peer's block, and what "the device" is. Everything above it
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -80,6 +81,24 @@ def describe_bytes(nbytes: int) -> str:
     return f"{nbytes} bytes"
 
 
+class _HostTimingEvent:
+    """A timing event on the host clock (:meth:`Backend.timing_event`)."""
+
+    def __init__(self):
+        self._at: float | None = None
+
+    def record(self, stream=None) -> None:
+        self._at = time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: _HostTimingEvent) -> float:
+        if self._at is None or end._at is None:
+            raise RuntimeError("iris: elapsed_time needs both events recorded")
+        return (end._at - self._at) * 1e3
+
+
 class Backend(ABC):
     """Memory, device and synchronisation primitives of one execution backend."""
 
@@ -106,6 +125,32 @@ class Backend(ABC):
     @abstractmethod
     def select_device(self, local_rank: int, local_world_size: int) -> torch.device:
         """Pick and activate this rank's device, or raise if the host has too few."""
+
+    def current_device(self) -> torch.device:
+        """The device this process's kernels go to now (where a call names none).
+
+        Example:
+            >>> backend.current_device()
+            device(type='cuda', index=0)
+        """
+        return torch.device("cpu")
+
+    def architecture(self, device: torch.device) -> str:
+        """The instruction set kernels are built for (``"sm_90"``; ``"interpreter"``)."""
+        return "interpreter"
+
+    def timing_event(self):
+        """An event that marks a point of the current stream and gives the ms between two
+        (``record()``, ``other.elapsed_time(...)`` after ``synchronize``), as
+        ``torch.cuda.Event(enable_timing=True)`` does. Here: the host clock, for backends
+        whose launches have finished when they return.
+
+        Example:
+            >>> start, end = backend.timing_event(), backend.timing_event()
+            >>> start.record(); work(); end.record(); end.synchronize()
+            >>> start.elapsed_time(end)   # ms
+        """
+        return _HostTimingEvent()
 
     @abstractmethod
     def device_name(self, device: torch.device) -> str:
@@ -194,7 +239,7 @@ class Backend(ABC):
         The host reads it while kernels run and after one has stopped the device.
         The default suits backends whose kernels dereference host addresses directly.
         """
-        tensor = torch.zeros(count, dtype=dtype)
+        tensor = torch.zeros(count, dtype=dtype, device="cpu")
         return tensor, tensor.data_ptr()
 
     def copy_while_running(self, destination: torch.Tensor, source: torch.Tensor) -> None:

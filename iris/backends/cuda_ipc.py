@@ -169,6 +169,16 @@ class CudaBackend(Backend):
     def multiprocessor_count(self, device: torch.device) -> int:
         return torch.cuda.get_device_properties(device).multi_processor_count
 
+    def current_device(self) -> torch.device:
+        return torch.device("cuda", torch.cuda.current_device())
+
+    def architecture(self, device: torch.device) -> str:
+        properties = torch.cuda.get_device_properties(device)
+        return f"sm_{properties.major}{properties.minor}"
+
+    def timing_event(self):
+        return torch.cuda.Event(enable_timing=True)
+
     def memory_bandwidth(self, device: torch.device) -> float:
         # Double data rate: two transfers per memory clock (kHz) over the bus (bits).
         runtime = _runtime()
@@ -244,7 +254,7 @@ class CudaBackend(Backend):
     def host_visible_zeros(self, count: int, dtype: torch.dtype) -> tuple[torch.Tensor, int]:
         # Pinned memory is mapped into every GPU's address space; unlike a registered
         # file mapping it works whatever filesystem the flight files live on.
-        tensor = torch.zeros(count, dtype=dtype, pin_memory=True)
+        tensor = torch.zeros(count, dtype=dtype, device="cpu", pin_memory=True)
         address = _check(
             _runtime().cudaHostGetDevicePointer(tensor.data_ptr(), 0), "cudaHostGetDevicePointer"
         )

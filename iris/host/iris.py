@@ -272,8 +272,8 @@ class Iris:
 
     def _write_context(self, slots: dict[int, int]) -> None:
         """Set context slots (index -> value) in the user's context and in Iris's own copy."""
-        indices = torch.tensor(sorted(slots), dtype=torch.int64)
-        values = torch.tensor([int(slots[i]) for i in sorted(slots)], dtype=torch.int64)
+        indices = torch.tensor(sorted(slots), dtype=torch.int64, device="cpu")
+        values = torch.tensor([int(slots[i]) for i in sorted(slots)], dtype=torch.int64, device="cpu")
         for context in (self._device_context, self._iris_context):
             context[indices.to(context.device)] = values.to(context.device)
 
@@ -489,6 +489,22 @@ class Iris:
                 {"LINES": wake.LINES, "num_warps": 4},
             )
         self._wake_launch()
+
+    @property
+    def _device_barrier_state(self) -> dict:
+        """Upstream's view of the device barriers so far: each group (``None``: every rank,
+        else its members) to its arrival flags, the same tensor on every call.
+
+        Example:
+            >>> ctx.device_barrier()
+            >>> flags = ctx._device_barrier_state[None]
+        """
+        everyone = tuple(range(self.num_ranks))
+        flags = self._barrier_arrivals
+        return {
+            None if members == everyone else members: flags[self._barrier_slots.slot(members)]
+            for members, _traced in self._barrier_launches
+        }
 
     def _group_members(self, group) -> tuple[int, ...]:
         if group is None:

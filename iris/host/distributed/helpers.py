@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
+import torch
 import torch.distributed as dist
 
 from ... import config
@@ -259,3 +261,25 @@ def extract_group_info(group, rank: int, num_ranks: int) -> tuple[int, int, int,
             "(rank_start + i * rank_stride) needs members like [0, 1, 2, 3] or [0, 4, 8, 12]"
         )
     return members.index(rank), rank, len(members), members[0], steps.pop()
+
+
+def distributed_allgather_multidim(data) -> np.ndarray:
+    """Every rank's ``data`` (array-like, one shape on every rank) as the rows of a
+    ``(world_size, -1)`` NumPy array, in rank order (upstream's helper of that name).
+
+    Goes through the default process group: on the CPU where it has a CPU backend
+    (gloo; this package's own groups), else on the current GPU (an NCCL-only group,
+    as torchrun scripts make).
+
+    Example:
+        >>> rows = distributed_allgather_multidim(np.array([rank, rank * 10]))
+        >>> rows.shape
+        (4, 2)
+    """
+    if not dist.is_initialized():
+        raise RuntimeError("iris: distributed_allgather_multidim needs torch.distributed initialised")
+    on_cpu = "gloo" in str(dist.get_backend()).lower()
+    local = torch.as_tensor(np.asarray(data)).to("cpu" if on_cpu else torch.cuda.current_device())
+    gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, local)
+    return torch.stack(gathered).reshape(len(gathered), -1).cpu().numpy()

@@ -403,8 +403,12 @@ def empty(
     device=None,
     requires_grad=False,
     memory_format=torch.contiguous_format,
+    pin_memory=False,
 ):
     """An uninitialised heap tensor, like :func:`torch.empty` (contiguous, channels_last or channels_last_3d).
+
+    ``pin_memory`` is taken and has no effect, as upstream's (pinning is for host memory;
+    the heap is the device's).
 
     Example:
         >>> buf = ctx.empty(1 << 20, dtype=torch.bfloat16)
@@ -443,8 +447,11 @@ def rand(
     layout=torch.strided,
     device=None,
     requires_grad=False,
+    pin_memory=False,
 ):
     """Uniform samples on [0, 1), like :func:`torch.rand`.
+
+    ``pin_memory`` is taken and has no effect (see :func:`empty`).
 
     ``generator`` may live on another device than the heap (values are copied).
 
@@ -474,8 +481,11 @@ def randn(
     layout=torch.strided,
     device=None,
     requires_grad=False,
+    pin_memory=False,
 ):
     """Standard normal samples, like :func:`torch.randn`.
+
+    ``pin_memory`` is taken and has no effect (see :func:`empty`).
 
     Example:
         >>> ctx.randn(128, 128, dtype=torch.bfloat16)
@@ -721,8 +731,16 @@ def as_method(function: Callable, arguments: Callable | None = None) -> Callable
         ...     zeros = as_method(zeros, _sizes)   # ctx.zeros(2, 3)
     """
 
+    named = [
+        p.name
+        for p in (inspect.signature(arguments).parameters.values() if arguments else ())
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+
     def method(self, *args, **kwargs):
-        positional = args if arguments is None else arguments(*args)
+        # ``ctx.arange(start=1, end=4)``: the mapped parameters may come by name too.
+        mapped = {name: kwargs.pop(name) for name in named if name in kwargs}
+        positional = args if arguments is None else arguments(*args, **mapped)
         return function(self.heap, self.heap.device, *positional, **kwargs)
 
     parameters = list(inspect.signature(function).parameters.values())[2:]

@@ -135,6 +135,9 @@ class Backend(ABC):
         """
         return torch.device("cpu")
 
+    def set_current_device(self, index: int) -> None:  # noqa: B027 - optional hook
+        """Make device ``index`` the one :meth:`current_device` names (one device here: nothing to do)."""
+
     def architecture(self, device: torch.device) -> str:
         """The instruction set kernels are built for (``"sm_90"``; ``"interpreter"``)."""
         return "interpreter"

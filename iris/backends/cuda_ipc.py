@@ -172,6 +172,9 @@ class CudaBackend(Backend):
     def current_device(self) -> torch.device:
         return torch.device("cuda", torch.cuda.current_device())
 
+    def set_current_device(self, index: int) -> None:
+        torch.cuda.set_device(index)
+
     def architecture(self, device: torch.device) -> str:
         properties = torch.cuda.get_device_properties(device)
         return f"sm_{properties.major}{properties.minor}"

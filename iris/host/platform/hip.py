@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ... import config
@@ -25,6 +27,7 @@ from ...backends import make_backend
 REALTIME_CLOCK_KHZ = 1_000_000
 
 
+@functools.cache
 def _backend():
     return make_backend(config.BACKEND)
 
@@ -60,8 +63,7 @@ def set_device(gpu_id: int) -> None:
     Example:
         >>> iris.hip.set_device(1)
     """
-    if _backend().current_device().type == "cuda":
-        torch.cuda.set_device(gpu_id)
+    _backend().set_current_device(gpu_id)
 
 
 def get_cu_count(device_id: int | None = None) -> int:

@@ -24,12 +24,14 @@ from .host.launch import spawn
 from .host.log import DEBUG, ERROR, INFO, WARNING, IrisFormatter, logger, set_logger_level
 from .host.platform import hip
 from .host.platform.utils import do_bench
+from .host.tracing import kernel_artifacts
 
 BACKEND = config.BACKEND
 #: Upstream Iris's name for :class:`DeviceContext`.
 Context = device.DeviceContext
 
 _register_upstream_paths()
+kernel_artifacts.enable_from_environment()
 
 __all__ = [
     *device.__all__,

@@ -24,6 +24,9 @@ Each is checked then: a malformed value fails the import with one line naming th
                    world size, the job spans several nodes and device ops reach ranks of other
                    nodes through NVSHMEM (``docs/scale_out.md``); on one host, ``k`` makes it
                    behave as several nodes of ``k`` ranks each, so that path runs without a second host.
+``IRIS_KERNEL_ARTIFACTS_DIR``  where every compiled kernel's TTIR, TTGIR, LLIR, PTX, cubin, SASS and
+                   metadata are written (a directory of this user's that others cannot write; made
+                   if missing); see :mod:`iris.host.tracing.kernel_artifacts`.
 ``IRIS_CROSS_NODE_ALWAYS``  ``1`` sends every device op through the cross-node path, to ranks of this
                    node and to this rank itself included: for checking that path where no second
                    node exists (on GPUs it runs NVSHMEM even for one rank on one GPU).
@@ -164,6 +167,21 @@ def hang_dir() -> str:
     return _env.directory("IRIS_HANG_DIR") or files.private_directory()
 
 
+def kernel_artifacts_dir() -> str | None:
+    """``IRIS_KERNEL_ARTIFACTS_DIR``, or ``None`` when unset (the directory need not exist yet).
+
+    Example:
+        >>> iris.config.kernel_artifacts_dir()
+        '/home/me/iris-artifacts'
+    """
+    text = os.environ.get("IRIS_KERNEL_ARTIFACTS_DIR", "").strip()
+    if not text:
+        return None
+    if os.path.lexists(text) and not os.path.isdir(text):
+        raise SettingError(f"iris: IRIS_KERNEL_ARTIFACTS_DIR={text!r} exists and is not a directory")
+    return text
+
+
 def _non_negative(value: float, what: str) -> float:
     if not value >= 0:
         raise ValueError(f"iris: {what} must be a non-negative number of seconds, got {value}")
@@ -180,6 +198,7 @@ def _validate_environment() -> None:
     flight_entries()
     _env.directory("IRIS_HANG_DIR")
     _env.directory("IRIS_EMU_SHM_DIR")
+    kernel_artifacts_dir()
     _env.integer("IRIS_EMU_NUM_SMS", 8, minimum=1, maximum=4096)
     _env.flag("IRIS_HANG_SIGNALS", True)
     _env.choice("IRIS_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))

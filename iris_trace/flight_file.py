@@ -61,8 +61,9 @@ PHASES = {
     1: "is in a host barrier",
     2: "is in a host collective",
     3: "has closed its context",
+    4: "is in a host barrier, waiting for its own GPU work to finish (a kernel of its still runs)",
 }
-PHASE_RUNNING, PHASE_BARRIER, PHASE_COLLECTIVE, PHASE_CLOSED = 0, 1, 2, 3
+PHASE_RUNNING, PHASE_BARRIER, PHASE_COLLECTIVE, PHASE_CLOSED, PHASE_DEVICE_SYNC = 0, 1, 2, 3, 4
 
 WAIT_BEGIN = schema.WAIT_BEGIN
 #: The ring records a wait's end under the wait_until id (its op family is in ``op``).

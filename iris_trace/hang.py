@@ -23,6 +23,7 @@ from .flight_file import (
     CMPS,
     KIND_NAMES,
     OP_NAMES,
+    PHASE_DEVICE_SYNC,
     SIGNAL,
     WAIT_BEGIN,
     WAIT_END,
@@ -173,7 +174,7 @@ class HangReport:
                 if candidate not in waits:
                     return candidate, (
                         f"rank {rank} waits for {flag}, which rank {candidate} releases, but rank "
-                        f"{candidate} is not waiting on the device: it {state.status}"
+                        f"{candidate} is in no Iris wait on the device: it {state.status}"
                         + self._last_sent_hint(candidate, rank, offset)
                     )
             if not candidates:
@@ -232,6 +233,8 @@ class HangReport:
                 who = [r for r in self.releasers(rank, offset) if r != rank]
                 if who:
                     lines.append(f"  released by: {', '.join(f'rank {r}' for r in who)}")
+            elif state.alive and not state.closed and state.phase == PHASE_DEVICE_SYNC:
+                lines.append("  in no Iris wait: its kernel runs on (long work, or a loop of its own)")
             else:
                 lines.append("  not waiting on the device")
             sent = state.entries[np.isin(state.entries["kind"], list(SENT_KINDS))]

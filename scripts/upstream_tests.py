@@ -220,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=4, help="files run at once (default 4)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one file may take (default 900)")
     parser.add_argument(
+        "--repeat", type=int, default=1, help="run each file this many times (for intermittent failures)"
+    )
+    parser.add_argument(
         "--results", type=Path, help="results JSON (default $OUT/upstream_tests_<card>x<gpus>.json)"
     )
     args = parser.parse_args(argv)
@@ -234,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--ranks {too_many} exceed the {gpus} GPU(s) here: upstream's runner takes one GPU per rank"
         )
-    if args.jobs < 1:
-        parser.error("--jobs must be at least 1")
+    if args.jobs < 1 or args.repeat < 1:
+        parser.error("--jobs and --repeat must be at least 1")
     results_path = args.results or default_results("upstream_examples" if args.examples else "upstream_tests")
     results_path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -255,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs = [
                 (functools.partial(run_example, private, folder, entry, arguments), n)
                 for n in args.ranks
+                for _ in range(args.repeat)
                 for folder, entry, arguments in EXAMPLES
                 if n in EXAMPLE_RANKS.get(folder, (n,)) and _chosen(args.match, f"{folder}/{entry}")
             ]
@@ -263,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs = [
                 (functools.partial(run_file, private, test), n)
                 for n in args.ranks
+                for _ in range(args.repeat)
                 for folder in args.dirs
                 for test in sorted((private / "tests" / folder).glob("test_*.py"))
                 if _chosen(args.match, str(test.relative_to(private)))
@@ -281,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
             for future in concurrent.futures.as_completed([pool.submit(launch, job) for job in jobs]):
                 result = future.result()
                 record["results"].append(result)
-                results_path.write_text(json.dumps(record, indent=1) + "\n")
+                partial = results_path.with_name(f".{results_path.name}.partial")
+                partial.write_text(json.dumps(record, indent=1) + "\n")
+                partial.replace(results_path)  # a run cut short keeps the last whole file
                 _print_result(result)
     finally:
         shutil.rmtree(private, ignore_errors=True)

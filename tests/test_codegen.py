@@ -28,6 +28,11 @@ def test_hint_and_cache_modifier_reach_the_remote_store(ptx_report):
     assert re.search(r"'st\.global\.wt\.v4\.b32': 8", ptx_report["put_hinted"]), ptx_report["put_hinted"]
 
 
+def test_a_volatile_load_drops_the_cache_operator_ptx_cannot_combine_with_it(ptx_report):
+    report = ptx_report["load_volatile_cg"]
+    assert "ld.volatile.global" in report and ".cg" not in report, report
+
+
 def test_wake_links_reads_every_line_with_a_load_of_its_own(ptx_report):
     # One volatile 4-byte load per line (1024 lines over 128 threads): none merged, cached or dropped.
     assert re.search(r"'ld\.volatile\.global\.b32': 8\b", ptx_report["wake_links"]), ptx_report["wake_links"]

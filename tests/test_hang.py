@@ -412,3 +412,33 @@ def _signal_dumps_body(rank, world_size):
 
 def test_a_ctrl_c_followed_by_sigterm_dumps_once():
     assert get_pool(1).run(_signal_dumps_body) == [(True, True)]
+
+
+def _phases_in_a_barrier_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        seen = {}
+        synchronize, host_barrier = ctx.backend.synchronize, ctx._comm.barrier
+
+        def synchronize_and_look(*args):
+            seen["device"] = ctx.hang.report().format()
+            return synchronize(*args)
+
+        def host_barrier_and_look(*args):
+            seen["host"] = ctx.hang.report().format()
+            return host_barrier(*args)
+
+        ctx.backend.synchronize, ctx._comm.barrier = synchronize_and_look, host_barrier_and_look
+        try:
+            ctx.barrier()
+        finally:
+            ctx.backend.synchronize, ctx._comm.barrier = synchronize, host_barrier
+        return seen
+
+
+def test_a_report_tells_a_rank_whose_own_kernel_runs_on_from_one_waiting_for_its_peers():
+    # A kernel spinning on a flag in a loop of its own is invisible to the flight recorder:
+    # the barrier's phase still says that the rank waits for its own GPU work.
+    seen = get_pool(1).run(_phases_in_a_barrier_body)[0]
+    assert "waiting for its own GPU work to finish" in seen["device"], seen["device"]
+    assert "in no Iris wait: its kernel runs on" in seen["device"], seen["device"]
+    assert "is in a host barrier:" in seen["host"] and "own GPU work" not in seen["host"], seen["host"]

@@ -197,7 +197,7 @@ def test_read_realtime_times_a_kernel():
     from iris.mem.utils import read_realtime as upstream_path
 
     assert upstream_path is read_realtime
-    out = torch.full((2,), -1, dtype=torch.int64)
+    out = torch.full((2,), -1, dtype=torch.int64, device="cpu" if iris.BACKEND == "emulated" else "cuda")
     _timed_kernel[(1,)](out)
     assert out[0] >= 0 and out[1] == 0
 

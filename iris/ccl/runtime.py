@@ -22,6 +22,7 @@ import torch.distributed as dist
 from ..host.distributed.helpers import extract_group_info as group_info
 from ..host.group_slots import GroupSlots
 from ..host.prepared import LaunchCache, PreparedLaunch
+from ..host.tracing import kernel_artifacts
 from .device import PHASES
 
 #: Groups whose collectives can be in use at once (slot 0 is the whole world).
@@ -319,7 +320,8 @@ class Runtime:
             else:
                 launch()
                 return
-        launch = run()
+        with kernel_artifacts.filed_under(name):  # IRIS_KERNEL_ARTIFACTS_DIR: by collective
+            launch = run()
         described = tuple((t, t.data_ptr(), t.shape, t.stride()) for t in tensors)
         self._recent[name] = (described, options, launch)
 

@@ -146,7 +146,8 @@ def load(
 ):
     """Load from ``from_rank``'s heap at the address ``pointer`` has in ``to_rank`` (the caller).
 
-    ``cache_modifier`` and ``volatile`` go to ``tl.load``; ``hint`` to :func:`translate`.
+    ``cache_modifier`` and ``volatile`` go to ``tl.load`` (with ``volatile``, ``.ca`` and ``.cg``
+    are dropped: PTX has no such load); ``hint`` to :func:`translate`.
 
     Example:
         >>> data = iris.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n)
@@ -158,7 +159,12 @@ def load(
         result = crossnode.load_block(pointer, from_rank, heap_bases, mask, other)
     else:
         remote = translate(pointer, to_rank, from_rank, heap_bases, mask, "iris.load", hint)
-        result = tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
+        if volatile and (cache_modifier == ".ca" or cache_modifier == ".cg"):
+            # PTX has no volatile load with a cache operator (ptxas refuses ld.volatile.ca):
+            # a volatile load already reads past L1, which is what .cg asks and more than .ca.
+            result = tl.load(remote, mask=mask, other=other, volatile=True)
+        else:
+            result = tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
     tracing.end(heap_bases, start, tracing.LOAD, from_rank, pointer, mask, 0, pid_m, pid_n, path=path)
     return result
 

@@ -91,7 +91,7 @@ class Hang:
         Example:
             >>> report = ctx.hang.report()
             >>> report.culprit()
-            (1, 'rank 0 waits for ..., which rank 1 releases, but rank 1 is not waiting on the device: ...')
+            (1, 'rank 0 waits for ..., which rank 1 releases, but it is in no Iris wait on the device: ...')
         """
         self.recorder.publish()  # the other ranks publish when the report asks them to
         return HangReport.from_directory(self.recorder.directory, self.recorder.session, last)

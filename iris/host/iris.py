@@ -30,6 +30,7 @@ from .log import DEBUG, ERROR, INFO, WARNING, log_with_rank
 from .memory import tensors
 from .memory.heap import SymmetricHeap
 from .prepared import PreparedLaunch
+from .tracing import kernel_artifacts
 from .tracing.core import Tracing
 
 #: Device-barrier groups that can be live at once (slot 0 is the whole world).
@@ -108,6 +109,7 @@ class Iris:
         self.backend = make_backend(config.BACKEND, cross_node=config.SCALE_OUT)
         self._comm = init_distributed(self.backend.dist_backend)
         self.cur_rank = self._comm.rank
+        kernel_artifacts.set_rank(self.cur_rank)
         self.num_ranks = self._comm.world_size
         #: Ranks per node (``IRIS_RANKS_PER_NODE``, else the launcher's): rank r is on node
         #: ``r // ranks_per_node``; peers of other nodes are reached through NVSHMEM.
@@ -392,10 +394,14 @@ class Iris:
             >>> ctx.barrier()   # every rank's kernel has finished
         """
         recorder = self.hang.recorder
-        recorder.set_phase(fmt.PHASE_BARRIER)
+        # Two phases, so that a hang report tells a rank whose kernel never ends (one spinning
+        # on a flag in a loop of its own, which the flight recorder does not see) from one
+        # that waits for the other ranks.
+        recorder.set_phase(fmt.PHASE_DEVICE_SYNC)
         try:
             self.hang.guard(self.backend.synchronize, self.heap.device, stream)
             self.backend.complete_remote_writes()
+            recorder.set_phase(fmt.PHASE_BARRIER)
             self._comm.barrier(group)
         finally:
             recorder.set_phase(fmt.PHASE_RUNNING)

@@ -44,6 +44,7 @@ Example:
 
 from __future__ import annotations
 
+from ..host.tracing import kernel_artifacts
 from . import all_gather_matmul as _all_gather_matmul
 from . import matmul_all_gather as _matmul_all_gather
 from . import matmul_all_reduce as _matmul_all_reduce
@@ -110,7 +111,8 @@ class Ops(Planner):
             >>> out = ctx.empty(M, world * N, dtype=torch.bfloat16)
             >>> ctx.ops.matmul_all_gather(out, a, b_shard, dim=1)
         """
-        return _matmul_all_gather.run(self, out, A, B, bias, async_op, config, workspace, dim)
+        with kernel_artifacts.filed_under("matmul_all_gather"):  # IRIS_KERNEL_ARTIFACTS_DIR: by op
+            return _matmul_all_gather.run(self, out, A, B, bias, async_op, config, workspace, dim)
 
     def all_gather_matmul(self, out, A, B, bias=None, async_op=False, config=None, workspace=None):
         """``out = all_gather(A) @ B``, gathering ``A``'s rows or, as upstream Iris, its columns.
@@ -130,7 +132,8 @@ class Ops(Planner):
             >>> out = ctx.empty(world * M, N, dtype=torch.bfloat16)
             >>> ctx.ops.all_gather_matmul(out, x_shard, w)
         """
-        return _all_gather_matmul.run(self, out, A, B, bias, async_op, config, workspace)
+        with kernel_artifacts.filed_under("all_gather_matmul"):  # IRIS_KERNEL_ARTIFACTS_DIR: by op
+            return _all_gather_matmul.run(self, out, A, B, bias, async_op, config, workspace)
 
     def matmul_all_reduce(self, out, A, B, bias=None, async_op=False, config=None, workspace=None):
         """``out = sum over ranks of A @ B`` (row-parallel linear layer): ``A (M, K)``, ``out (M, N)``.
@@ -143,7 +146,8 @@ class Ops(Planner):
             >>> out = ctx.empty(M, N, dtype=torch.bfloat16)
             >>> ctx.ops.matmul_all_reduce(out, x, w_shard)
         """
-        return _matmul_all_reduce.run(self, out, A, B, bias, async_op, config, workspace)
+        with kernel_artifacts.filed_under("matmul_all_reduce"):  # IRIS_KERNEL_ARTIFACTS_DIR: by op
+            return _matmul_all_reduce.run(self, out, A, B, bias, async_op, config, workspace)
 
     def matmul_reduce_scatter(self, out, A, B, bias=None, async_op=False, config=None, workspace=None):
         """The sum over ranks of ``A @ B``, scattered by row blocks or, as upstream Iris, by tiles.
@@ -163,7 +167,8 @@ class Ops(Planner):
             >>> out = ctx.empty(M // world, N, dtype=torch.bfloat16)
             >>> ctx.ops.matmul_reduce_scatter(out, x, w_shard)
         """
-        return _matmul_reduce_scatter.run(self, out, A, B, bias, async_op, config, workspace)
+        with kernel_artifacts.filed_under("matmul_reduce_scatter"):  # IRIS_KERNEL_ARTIFACTS_DIR: by op
+            return _matmul_reduce_scatter.run(self, out, A, B, bias, async_op, config, workspace)
 
 
 #: Upstream Iris's name of :class:`Ops`.

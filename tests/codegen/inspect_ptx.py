@@ -81,6 +81,15 @@ def put_hinted_kernel(src, dst, n, cur_rank, peer, heap_bases, BLOCK: tl.constex
 
 
 @triton.jit
+def get_volatile_cg_kernel(src, dst, n, cur_rank, peer, heap_bases, BLOCK: tl.constexpr):
+    # Upstream's test spelling: a volatile remote load with a cache operator PTX cannot combine.
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    data = iris.load(src + offsets, cur_rank, peer, heap_bases, mask, cache_modifier=".cg", volatile=True)
+    tl.store(dst + offsets, data, mask=mask)
+
+
+@triton.jit
 def put_without_tracing(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
     # iris.put as it was before tracing existed: the same translation, no tracing calls.
     remote = iris.translate(to_ptr, from_rank, to_rank, heap_bases, mask, "iris.put")
@@ -172,6 +181,7 @@ KERNELS = {
         {"src": "*fp32", "dst": "*fp32", "n": "i32", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"},
         {"BLOCK": 4096},
     ),
+    "load_volatile_cg": (get_volatile_cg_kernel, PUT_SIGNATURE, {"BLOCK": 1024}),
     "get": (
         get_kernel,
         {"src": "*fp32", "dst": "*fp32", "n": "i32", "cur_rank": "i32", "peer": "i32", "heap_bases": "*u64"},

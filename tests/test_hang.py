@@ -5,9 +5,11 @@ hang directory. On GPUs a timed-out wait traps, which ends the rank's CUDA conte
 so those pools are discarded after each test.
 """
 
+import atexit
 import io
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,6 +52,7 @@ def sync_ops_kernel(buf, flag, cur_rank, world_size, heap_bases):
 
 def _hang_pool(tag: str, **env: str):
     directory = tempfile.mkdtemp(prefix=f"iris-hang-{tag}-")
+    atexit.register(shutil.rmtree, directory, True)  # the dead ranks' flight files and dumps
     pool = small_world_pool(
         IRIS_WAIT_TIMEOUT=str(TIMEOUT_S), IRIS_HANG_DIR=directory, IRIS_TEST_POOL=tag, **env
     )

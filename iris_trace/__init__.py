@@ -8,8 +8,18 @@ Example:
     >>> print(analyze(trace.events, trace.world_size).format_table())
 """
 
+from . import check
 from .analysis import Report, analyze, analyze_trace
 from .matching import match_releasers
 from .trace import RankTrace, Trace, TraceFileError
 
-__all__ = ["RankTrace", "Report", "Trace", "TraceFileError", "analyze", "analyze_trace", "match_releasers"]
+__all__ = [
+    "RankTrace",
+    "Report",
+    "Trace",
+    "TraceFileError",
+    "analyze",
+    "analyze_trace",
+    "check",
+    "match_releasers",
+]

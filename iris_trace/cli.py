@@ -5,6 +5,7 @@
     iris-trace plot traces/rank*.npz -o timeline.png [--bins 300] [--title TEXT]
     iris-trace validate run.pftrace --trace-processor /path/to/trace_processor_shell
     iris-trace hang-report [--dir DIR] [--session ID] [--json report.json] [files...]
+    iris-trace check traces/rank*.npz [--only stale-flag,...] [--json findings.json]
 
 Per-rank files come from ctx.tracing.collect("traces") or ctx.tracing.export("traces")
 (one rank<N>.npz each; the quick start leaves them in iris_traces/). Outputs are written
@@ -138,6 +139,25 @@ def hang_report(args) -> int:
     return 0
 
 
+def check(args) -> int:
+    import json
+
+    from . import check as checks
+
+    trace = _load(args.files)
+    chosen = tuple(name for name in args.only.split(",") if name) if args.only else None
+    findings = checks.run(trace, chosen)
+    for finding in findings:
+        print(f"{finding.check}: {finding.message}")
+    names = ", ".join(chosen or checks.CHECKS)
+    print(f"{len(findings)} finding(s) in {len(trace.events)} events of {trace.world_size} rank(s) ({names})")
+    if args.json:
+        with files.replace_atomically(args.json, "w") as handle:
+            json.dump([finding.to_dict() for finding in findings], handle, indent=2)
+        print(f"wrote {args.json}")
+    return 1 if findings else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from .analysis import LEGEND
 
@@ -203,6 +223,19 @@ def main(argv: list[str] | None = None) -> int:
     hanging.add_argument("--last", type=int, default=5, help="how many sent ops to list per rank")
     hanging.add_argument("--json", help="also write the report as JSON")
     hanging.set_defaults(run=hang_report)
+    from .check import CHECKS
+
+    checking = commands.add_parser(
+        "check",
+        help="protocol checks (a flag left from an earlier round, data written after its signal); "
+        "exit 1 on a finding",
+        epilog="checks:\n" + "\n".join(f"  {name}: {meaning}" for name, meaning in CHECKS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    checking.add_argument("files", nargs="+", help="one rank<N>.npz per rank")
+    checking.add_argument("--only", help="comma-separated checks to run (default: all)")
+    checking.add_argument("--json", help="also write the findings as JSON")
+    checking.set_defaults(run=check)
     args = parser.parse_args(argv)
     problem = files.refuse_overwriting(_outputs(args), list(getattr(args, "files", None) or []))
     if problem:

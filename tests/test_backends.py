@@ -135,3 +135,13 @@ def test_memory_bandwidth_is_zero_where_it_is_not_known(monkeypatch):
     monkeypatch.setattr(cuda_ipc, "_runtime", lambda: _fake_cuda_runtime({"cudaDevAttrMemoryClockRate": 1}))
     assert cuda_ipc.CudaBackend().memory_bandwidth(torch.device("cuda", 0)) == 0.0
     assert make_backend("emulated").memory_bandwidth(torch.device("cpu")) == 0.0
+
+
+def test_each_backends_device_primitives_define_every_name():
+    import importlib
+
+    from iris.device import intrinsics
+
+    for module in ("iris.device._intrinsics_cuda", "iris.device._intrinsics_emulated"):
+        missing = [name for name in intrinsics.NAMES if not hasattr(importlib.import_module(module), name)]
+        assert not missing, (module, missing)

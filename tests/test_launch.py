@@ -13,6 +13,7 @@ from conftest import SMALL_WORLD, WORLD_SIZES
 
 import iris
 from iris import config
+from iris_trace.cli import main as iris_trace_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = sorted(
@@ -70,6 +71,9 @@ def verify_example(name: str, tmp_path, env: dict | None = None) -> subprocess.C
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_example_verifies_itself(name, tmp_path):
     result = verify_example(name, tmp_path)
+    traces = sorted(str(path) for path in tmp_path.glob("rank*.npz"))
+    if traces:  # the examples' protocols are correct: iris-trace check finds nothing
+        assert iris_trace_main(["check", *traces]) == 0
     if name.startswith("13_"):  # the quick start leaves what the README lists
         ranks = [f"rank{r}.npz" for r in range(SMALL_WORLD)]
         expected = {*ranks, "trace.pftrace", "trace.json", "report.json", "timeline.png"}

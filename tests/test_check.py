@@ -1,0 +1,131 @@
+"""iris-trace check: protocol mistakes found in traces (iris_trace/check.py), and none in correct kernels."""
+
+import json
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from conftest import SMALL_WORLD, get_pool
+
+import iris
+from iris_trace import check
+from iris_trace.cli import main as iris_trace_main
+
+N = 64
+pytestmark = pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
+
+
+@triton.jit
+def two_rounds_kernel(data, flag, ack, cur_rank, heap_bases, RESET: tl.constexpr, BLOCK: tl.constexpr):
+    # Rank 0 sends two rounds to rank 1, each announced by setting rank 1's flag to 1. Rank 1
+    # acknowledges the first round before rank 0 sends the second. Without RESET, rank 1 never
+    # sets its flag back to 0, so its second wait passes on the first round's value.
+    offsets = tl.arange(0, BLOCK)
+    for step in range(2):
+        if cur_rank == 0:
+            if step == 1:
+                iris.wait_until(ack, "ge", 1, heap_bases=heap_bases)
+            iris.put(data + offsets, data + offsets, 0, 1, heap_bases)
+            iris.signal(flag, 1, 0, 1, heap_bases, op="set")
+        elif cur_rank == 1:
+            iris.wait_until(flag, "ge", 1, heap_bases=heap_bases)
+            if RESET:
+                tl.atomic_xchg(flag, 0, sem="relaxed", scope="sys")
+            if step == 0:
+                iris.signal(ack, 1, 1, 0, heap_bases, op="set")
+
+
+@triton.jit
+def publish_kernel(data, flag, cur_rank, heap_bases, SIGNAL_FIRST: tl.constexpr, BLOCK: tl.constexpr):
+    # Rank 0 writes a block to rank 1 and raises rank 1's flag; rank 1 waits for the flag.
+    # SIGNAL_FIRST raises the flag before the write: the reader may read stale data.
+    offsets = tl.arange(0, BLOCK)
+    if cur_rank == 0:
+        if SIGNAL_FIRST:
+            iris.signal(flag, 1, 0, 1, heap_bases, op="set")
+            iris.put(data + offsets, data + offsets, 0, 1, heap_bases)
+        else:
+            iris.put(data + offsets, data + offsets, 0, 1, heap_bases)
+            iris.signal(flag, 1, 0, 1, heap_bases, op="set")
+    elif cur_rank == 1:
+        iris.wait_until(flag, "ge", 1, heap_bases=heap_bases)
+
+
+def _findings(ctx):
+    trace = ctx.tracing.collect()
+    return None if trace is None else [(f.check, f.ranks, f.message) for f in check.run(trace)]
+
+
+def _planted_body(rank, world_size, which, buggy):
+    with iris.iris(1 << 20) as ctx:
+        data = ctx.full((N,), float(rank))
+        flag, ack = ctx.zeros(1, dtype=torch.int32), ctx.zeros(1, dtype=torch.int32)
+        ctx.barrier()
+        ctx.tracing.enable(max_events=1 << 12)
+        if which == "stale-flag":
+            two_rounds_kernel[(1,)](data, flag, ack, rank, ctx.get_heap_bases(), RESET=not buggy, BLOCK=N)
+        else:
+            publish_kernel[(1,)](data, flag, rank, ctx.get_heap_bases(), SIGNAL_FIRST=buggy, BLOCK=N)
+        ctx.barrier()
+        return _findings(ctx)
+
+
+@pytest.mark.parametrize("which", ["stale-flag", "data-after-signal"])
+def test_each_check_finds_its_planted_mistake(which):
+    findings = get_pool(SMALL_WORLD).run(_planted_body, which, True)[0]
+    culprits = (1, 0) if which == "stale-flag" else (0, 1)  # (the rank that erred, the other)
+    assert [(name, ranks) for name, ranks, _ in findings] == [(which, culprits)]
+    message = findings[0][2]
+    assert "heap offset" in message and " us" in message and "SM " in message, message
+
+
+@pytest.mark.parametrize("which", ["stale-flag", "data-after-signal"])
+def test_the_corrected_kernel_is_clean(which):
+    assert get_pool(SMALL_WORLD).run(_planted_body, which, False)[0] == []
+
+
+def _library_body(rank, world_size):
+    # The library's own protocols, traced: collectives of every kind, the device barrier
+    # and a fused op; none is a finding.
+    with iris.iris(1 << 24) as ctx:
+        x = ctx.full((4096,), float(rank + 1))
+        out = ctx.zeros((world_size * 4096,))
+        ctx.tracing.enable(max_events=1 << 16)
+        for variant in ("one_shot", "two_shot", "ring", "atomic", "spinlock"):
+            ctx.ccl.all_reduce(out[:4096], x, config=iris.ccl.Config(all_reduce_variant=variant))
+        ctx.ccl.all_gather(out, x)
+        ctx.ccl.all_to_all(out[: 64 * world_size].view(1, -1), x[: 64 * world_size].view(1, -1))
+        ctx.device_barrier()
+        a, b = ctx.randn(64, 32), ctx.randn(32, 32)
+        fused = ctx.zeros((world_size * 64, 32))
+        ctx.ops.matmul_all_gather(fused, a, b)
+        ctx.barrier()
+        return _findings(ctx)
+
+
+def test_the_librarys_collectives_barrier_and_fused_ops_are_clean():
+    assert get_pool(SMALL_WORLD).run(_library_body)[0] == []
+
+
+def _saved_body(rank, world_size, directory):
+    with iris.iris(1 << 20) as ctx:
+        data = ctx.full((N,), float(rank))
+        flag = ctx.zeros(1, dtype=torch.int32)
+        ctx.barrier()
+        ctx.tracing.enable(max_events=1 << 12)
+        publish_kernel[(1,)](data, flag, rank, ctx.get_heap_bases(), SIGNAL_FIRST=True, BLOCK=N)
+        ctx.barrier()
+        return ctx.tracing.collect(directory)
+
+
+def test_the_command_exits_1_on_a_finding_and_writes_it_as_json(tmp_path, capsys):
+    paths = get_pool(SMALL_WORLD).run(_saved_body, str(tmp_path))
+    assert iris_trace_main(["check", *paths, "--json", str(tmp_path / "findings.json")]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("data-after-signal: rank 0 SM") and "1 finding(s)" in out, out
+    written = json.loads((tmp_path / "findings.json").read_text())
+    assert written[0]["check"] == "data-after-signal" and written[0]["ranks"] == [0, 1]
+    assert iris_trace_main(["check", *paths, "--only", "stale-flag"]) == 0
+    assert iris_trace_main(["check", *paths, "--only", "no-such-check"]) == 2
+    assert "unknown check(s) no-such-check" in capsys.readouterr().err

@@ -6,10 +6,10 @@ each wait. From that, two mistakes of hand-written flag protocols show up as pat
 whatever the kernel:
 
 ``stale-flag``
-    A program waits on a flag twice, both waits are released by the same raise, and the
-    flag is raised again only after the second wait has passed: the second wait did not
-    wait, it passed on the value left from the round before (the flag was not reset, or
-    the expected value not advanced). What it guards was read before it was written.
+    A program's wait on a flag passes when the flag has been raised fewer times than that
+    program has waited on it, and the flag is raised again later: the wait did not wait, it
+    passed on the value left from a round before (the flag was not reset, or the expected
+    value not advanced). What it guards was read before it was written.
 
 ``data-after-signal``
     A program raises a flag that releases another rank's ``wait_until``, then writes data
@@ -90,44 +90,53 @@ def run(trace, checks: tuple[str, ...] | None = None) -> list[Finding]:
     origin = int(events["start_ns"].min()) if len(events) else 0
     findings: list[Finding] = []
     if "stale-flag" in chosen:
-        findings += stale_flags(events, releaser, origin)
+        findings += stale_flags(events, origin)
     if "data-after-signal" in chosen:
         findings += data_after_signal(events, releaser, origin)
     return sorted(findings, key=lambda f: int(events["start_ns"][f.events[0]]))
 
 
-def stale_flags(events: np.ndarray, releaser: np.ndarray, origin: int = 0) -> list[Finding]:
+def stale_flags(events: np.ndarray, origin: int = 0) -> list[Finding]:
     """``stale-flag`` findings (module docstring).
 
+    A program's ``n``-th wait on a flag needs ``n`` raises of it: each raise releases at
+    most one round, whatever the protocol counts (a set to 1 and a reset, an epoch that
+    grows, several ranks adding). Waits are counted from the flag's first raise in the
+    trace, so raises from before tracing began do not count against them.
+
     Example:
-        >>> stale_flags(trace.events, match_releasers(trace.events))
+        >>> stale_flags(trace.events)
         []
     """
-    waits = np.flatnonzero((releaser >= 0) & np.isin(events["event_id"], list(WAIT_EVENTS)))
     released = _releases_by_flag(events)
+    waits = np.flatnonzero(np.isin(events["event_id"], list(WAIT_EVENTS)))
     findings = []
-    earlier: dict[tuple, tuple[int, int]] = {}  # (rank, pid, offset) -> (its last wait, that wait's releaser)
-    for index in waits[np.argsort(events["start_ns"][waits], kind="stable")]:
+    counted: dict[tuple, int] = {}  # (rank, program, offset) -> its waits so far
+    reported: set[tuple] = set()
+    for index in waits[np.argsort(events["end_ns"][waits], kind="stable")]:
         wait = events[index]
-        key = (int(wait["cur_rank"]), int(wait["pid"]), int(wait["address"]))
-        source = int(releaser[index])
-        before = earlier.get(key)
-        earlier[key] = (int(index), source)
-        if before is None or before[1] != source:
-            continue
-        later = _first_release_after(events, released, key[0], key[2], int(wait["end_ns"]))
-        if later < 0:
-            continue  # nothing raised it again: a repeated check of one value, not a missed round
-        first, raise_, again = events[before[0]], events[source], events[later]
+        rank, offset, end = int(wait["cur_rank"]), int(wait["address"]), int(wait["end_ns"])
+        raises = released.get((rank, offset))
+        if raises is None or end < int(events["start_ns"][raises[0]]):
+            continue  # no raise of this flag in the trace yet: it may have come before tracing
+        key = (rank, int(wait["pid"]), offset)
+        counted[key] = counted.get(key, 0) + 1
+        seen = int(np.searchsorted(events["start_ns"][raises], end, side="right"))
+        if counted[key] <= seen or seen == len(raises) or key in reported:
+            continue  # enough raises, or none after it (a last check of a value, not a round)
+        reported.add(key)
+        last, again = events[raises[seen - 1]], events[raises[seen]]
         message = (
-            f"rank {key[0]} {_where(wait)} passed its {event_name(int(wait['event_id']))} on {_flag(wait)} "
-            f"at {_us(wait['end_ns'], origin)} on the value that rank {int(raise_['cur_rank'])}'s "
-            f"{_op(raise_)} at {_us(raise_['start_ns'], origin)} had set for its previous wait (ended "
-            f"{_us(first['end_ns'], origin)}); rank {int(again['cur_rank'])} raised the flag again only at "
-            f"{_us(again['start_ns'], origin)}: reset the flag or advance the expected value each round"
+            f"rank {rank} {_where(wait)} passed its wait number {counted[key]} on {_flag(wait)} "
+            f"({event_name(int(wait['event_id']))}, ended {_us(end, origin)}) when only {seen} raise(s) "
+            f"of the flag had begun, the last rank {int(last['cur_rank'])}'s {_op(last)} at "
+            f"{_us(last['start_ns'], origin)}; rank {int(again['cur_rank'])} raised it again only at "
+            f"{_us(again['start_ns'], origin)}: the wait passed on the value of an earlier round; reset "
+            "the flag or advance the expected value each round"
         )
+        ranks = (rank, int(last["cur_rank"]))
         findings.append(
-            Finding("stale-flag", message, (key[0], int(raise_["cur_rank"])), (int(index), source, later))
+            Finding("stale-flag", message, ranks, (int(index), int(raises[seen - 1]), int(raises[seen])))
         )
     return findings
 

@@ -9,23 +9,30 @@ import triton.language as tl
 from conftest import SMALL_WORLD, get_pool
 
 import iris
+from iris.device.utils import read_realtime
 from iris_trace import check
 from iris_trace.cli import main as iris_trace_main
 
 N = 64
+#: What rank 0 works between the rounds: far longer than rank 1 takes to reach its second wait.
+WORK_NS = 1_000_000_000
 pytestmark = pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
 
 
 @triton.jit
 def two_rounds_kernel(data, flag, ack, cur_rank, heap_bases, RESET: tl.constexpr, BLOCK: tl.constexpr):
     # Rank 0 sends two rounds to rank 1, each announced by setting rank 1's flag to 1. Rank 1
-    # acknowledges the first round before rank 0 sends the second. Without RESET, rank 1 never
-    # sets its flag back to 0, so its second wait passes on the first round's value.
+    # acknowledges the first round; rank 0 then works a while before sending the second.
+    # Without RESET, rank 1 never sets its flag back to 0, so its second wait passes on the
+    # first round's value, long before the second round is sent.
     offsets = tl.arange(0, BLOCK)
     for step in range(2):
         if cur_rank == 0:
             if step == 1:
                 iris.wait_until(ack, "ge", 1, heap_bases=heap_bases)
+                began = read_realtime()
+                while read_realtime() - began < WORK_NS:
+                    pass
             iris.put(data + offsets, data + offsets, 0, 1, heap_bases)
             iris.signal(flag, 1, 0, 1, heap_bases, op="set")
         elif cur_rank == 1:
@@ -94,11 +101,15 @@ def _library_body(rank, world_size):
         ctx.tracing.enable(max_events=1 << 16)
         for variant in ("one_shot", "two_shot", "ring", "atomic", "spinlock"):
             ctx.ccl.all_reduce(out[:4096], x, config=iris.ccl.Config(all_reduce_variant=variant))
-        ctx.ccl.all_gather(out, x)
-        ctx.ccl.all_to_all(out[: 64 * world_size].view(1, -1), x[: 64 * world_size].view(1, -1))
-        ctx.device_barrier()
+        for _ in range(2):  # second rounds reuse every flag: epochs, resets
+            ctx.ccl.all_reduce(out[:4096], x)
+            ctx.ccl.all_gather(out, x)
+            ctx.ccl.all_to_all(out[: 64 * world_size].view(1, -1), x[: 64 * world_size].view(1, -1))
+            ctx.device_barrier()
+            ctx.device_barrier()
         a, b = ctx.randn(64, 32), ctx.randn(32, 32)
         fused = ctx.zeros((world_size * 64, 32))
+        ctx.ops.matmul_all_gather(fused, a, b)
         ctx.ops.matmul_all_gather(fused, a, b)
         ctx.barrier()
         return _findings(ctx)

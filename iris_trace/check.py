@@ -13,8 +13,11 @@ whatever the kernel:
 
 ``data-after-signal``
     A program raises a flag that releases another rank's ``wait_until``, then writes data
-    to that rank, and raises nothing to that rank afterwards: no wait orders those writes
-    before the reader's reads (the signal must follow the writes it publishes).
+    to that rank, and its rank raises nothing to that rank afterwards (no signal, no
+    barrier): no wait orders those writes before the reader's reads (the signal must
+    follow the writes it publishes). Only what comes last to a rank can be judged: a write
+    followed by a later release (the next round's signal, a barrier) may be published by
+    it, so a protocol that signals too early in every round is found in its last round.
 
 Each finding names the check, the ranks, SMs, programs, ops, heap offsets and times
 (microseconds from the trace's first event), and the event indices in the merged trace.
@@ -168,8 +171,8 @@ def data_after_signal(events: np.ndarray, releaser: np.ndarray, origin: int = 0)
         if key not in signalled or key in reported or int(index) in releasing:
             continue
         start = int(write["start_ns"])
-        if last_release.get(key, -1) > start:
-            continue  # a later release of this program to that rank publishes the write
+        if last_release.get(key[::3], -1) > start:
+            continue  # a later release of this rank to that rank (a signal, a barrier) may publish it
         before = [(s, w) for s, w in signalled[key] if int(events["start_ns"][s]) <= start]
         if not before:
             continue
@@ -195,11 +198,12 @@ def _program_to(event) -> tuple[int, int, int, int]:
     return int(event["cur_rank"]), int(event["cu_id"]), int(event["pid"]), int(event["target_rank"])
 
 
-def _last_release_time(events: np.ndarray) -> dict[tuple, int]:
+def _last_release_time(events: np.ndarray) -> dict[tuple[int, int], int]:
+    """(rank, target rank) -> the start of the rank's last flag release to that rank."""
     releases = np.flatnonzero(np.isin(events["event_id"], list(RELEASE_EVENTS - _WRITES)))
-    latest: dict[tuple, int] = {}
+    latest: dict[tuple[int, int], int] = {}
     for index in releases:
-        key = _program_to(events[index])
+        key = (int(events["cur_rank"][index]), int(events["target_rank"][index]))
         latest[key] = max(latest.get(key, -1), int(events["start_ns"][index]))
     return latest
 

@@ -26,7 +26,7 @@ def two_rounds_kernel(data, flag, ack, cur_rank, heap_bases, RESET: tl.constexpr
     # Without RESET, rank 1 never sets its flag back to 0, so its second wait passes on the
     # first round's value, long before the second round is sent.
     offsets = tl.arange(0, BLOCK)
-    for step in range(2):
+    for step in tl.static_range(2):  # unrolled: no loop around the waits' spin loops
         if cur_rank == 0:
             if step == 1:
                 iris.wait_until(ack, "ge", 1, heap_bases=heap_bases)
@@ -89,7 +89,8 @@ def test_each_check_finds_its_planted_mistake(which):
 
 @pytest.mark.parametrize("which", ["stale-flag", "data-after-signal"])
 def test_the_corrected_kernel_is_clean(which):
-    assert get_pool(SMALL_WORLD).run(_planted_body, which, False)[0] == []
+    findings = get_pool(SMALL_WORLD).run(_planted_body, which, False)[0]
+    assert findings == [], "\n".join(message for _, _, message in findings)
 
 
 def _library_body(rank, world_size):
@@ -116,7 +117,8 @@ def _library_body(rank, world_size):
 
 
 def test_the_librarys_collectives_barrier_and_fused_ops_are_clean():
-    assert get_pool(SMALL_WORLD).run(_library_body)[0] == []
+    findings = get_pool(SMALL_WORLD).run(_library_body)[0]
+    assert findings == [], "\n".join(message for _, _, message in findings)
 
 
 def _saved_body(rank, world_size, directory):

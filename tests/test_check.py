@@ -15,7 +15,7 @@ from iris_trace.cli import main as iris_trace_main
 
 N = 64
 #: What rank 0 works between the rounds: far longer than rank 1 takes to reach its second wait.
-WORK_NS = 1_000_000_000
+WORK_NS = tl.constexpr(1_000_000_000)
 pytestmark = pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
 
 

@@ -696,39 +696,29 @@ def test_collectives_are_traced(multi_world):
 
 @triton.jit
 def user_all_gather_kernel(
-    out,
-    inp,
-    n,
-    flags,
-    ranks,
-    my_index,
-    cur_rank,
-    world_size,
-    max_programs,
-    heap_bases,
-    GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
+    out, inp, n, flags, ranks, cur_rank, heap_bases, GROUP: tl.constexpr, BLOCK: tl.constexpr
 ):
+    # A collective of the whole world written from the tile functions: ``ranks`` is 0..GROUP - 1
+    # (a member's index is its rank), and each program syncs on its own row of ``flags``.
     pid = tl.program_id(0)
-    ccl.sync_row(ccl.flag_row(flags, 0, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+    rows = tl.num_programs(0)
+    ccl.sync_row(ccl.flag_row(flags, 0, pid, rows, GROUP), cur_rank, ranks, GROUP, heap_bases)
     offsets = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     values = tl.load(inp + offsets, mask=mask) * 2
-    ccl.push_tile(out + my_index * n + offsets, values, cur_rank, ranks, my_index, GROUP, heap_bases, mask)
-    ccl.sync_row(ccl.flag_row(flags, 1, pid, max_programs, world_size), cur_rank, ranks, GROUP, heap_bases)
+    ccl.push_tile(out + cur_rank * n + offsets, values, cur_rank, ranks, cur_rank, GROUP, heap_bases, mask)
+    ccl.sync_row(ccl.flag_row(flags, 1, pid, rows, GROUP), cur_rank, ranks, GROUP, heap_bases)
 
 
 def _user_kernel_body(rank, world_size):
     with iris.iris(1 << 22) as ctx:
         inp = _random(ctx, (N,), torch.float32, seed=rank)
         out = ctx.full((world_size * N,), 99.0)
-        flags = ctx.zeros(2, 8, world_size, dtype=torch.int32)
+        grid = (triton.cdiv(N, 128),)
+        flags = ctx.zeros(2, grid[0], world_size, dtype=torch.int32)
         ranks = torch.arange(world_size, dtype=torch.int32, device=ctx.get_device())
         ctx.barrier()
-        grid = (triton.cdiv(N, 128),)
-        user_all_gather_kernel[grid](
-            out, inp, N, flags, ranks, rank, rank, world_size, 8, ctx.get_heap_bases(), world_size, 128
-        )
+        user_all_gather_kernel[grid](out, inp, N, flags, ranks, rank, ctx.get_heap_bases(), world_size, 128)
         return torch.equal(out.cpu(), torch.cat(_gather(inp)) * 2)
 
 

@@ -8,7 +8,7 @@ Example:
     >>> print(analyze(trace.events, trace.world_size).format_table())
 """
 
-from . import check
+from . import check, diff
 from .analysis import Report, analyze, analyze_trace
 from .matching import match_releasers
 from .trace import RankTrace, Trace, TraceFileError
@@ -21,5 +21,6 @@ __all__ = [
     "analyze",
     "analyze_trace",
     "check",
+    "diff",
     "match_releasers",
 ]

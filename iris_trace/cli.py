@@ -6,6 +6,7 @@
     iris-trace validate run.pftrace --trace-processor /path/to/trace_processor_shell
     iris-trace hang-report [--dir DIR] [--session ID] [--json report.json] [files...]
     iris-trace check traces/rank*.npz [--only stale-flag,...] [--json findings.json]
+    iris-trace diff RUN_A RUN_B [--json diff.json] [--plot diff.png] [--threshold 0.1]
 
 Per-rank files come from ctx.tracing.collect("traces") or ctx.tracing.export("traces")
 (one rank<N>.npz each; the quick start leaves them in iris_traces/). Outputs are written
@@ -158,6 +159,27 @@ def check(args) -> int:
     return 1 if findings else 0
 
 
+def diff(args) -> int:
+    import glob
+
+    from . import diff as differ
+
+    runs = []
+    for directory in (args.run_a, args.run_b):
+        paths = sorted(glob.glob(os.path.join(directory, "rank*.npz")))
+        if not paths:
+            raise TraceFileError(f"{directory}: no rank<N>.npz files (a directory of ctx.tracing.collect)")
+        runs.append(_load(paths))
+    result = differ.compare(*runs, threshold=args.threshold, min_ns=int(args.min_us * 1000))
+    print(result.format())
+    if args.json:
+        result.to_json(args.json)
+        print(f"wrote {args.json}")
+    if args.plot:
+        print(f"wrote {differ.plot(result, args.plot)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from .analysis import LEGEND
 
@@ -236,6 +258,17 @@ def main(argv: list[str] | None = None) -> int:
     checking.add_argument("--only", help="comma-separated checks to run (default: all)")
     checking.add_argument("--json", help="also write the findings as JSON")
     checking.set_defaults(run=check)
+    differing = commands.add_parser(
+        "diff",
+        help="what got slower or faster between two traced runs, per rank, op and SM; the critical path",
+    )
+    differing.add_argument("run_a", help="directory of the first run's rank<N>.npz (before)")
+    differing.add_argument("run_b", help="directory of the second run's rank<N>.npz (after)")
+    differing.add_argument("--threshold", type=float, default=0.10, help="smallest relative change reported")
+    differing.add_argument("--min-us", type=float, default=1.0, help="smallest absolute change reported (us)")
+    differing.add_argument("--json", help="also write the comparison as JSON")
+    differing.add_argument("--plot", help="also draw total time per rank and op, A beside B (PNG)")
+    differing.set_defaults(run=diff)
     args = parser.parse_args(argv)
     problem = files.refuse_overwriting(_outputs(args), list(getattr(args, "files", None) or []))
     if problem:
@@ -256,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _outputs(args) -> list[str]:
     """Every file the command will write (for the check that none of them is an input)."""
-    outputs = [getattr(args, "output", None), getattr(args, "json", None)]
+    outputs = [getattr(args, "output", None), getattr(args, "json", None), getattr(args, "plot", None)]
     csv = getattr(args, "csv", None)
     if csv:
         outputs += [os.path.join(csv, name) for name in CSV_FILES]

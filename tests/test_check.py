@@ -20,21 +20,28 @@ pytestmark = pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZ
 
 
 @triton.jit
+def send_after(data, flag, from_rank, to_rank, heap_bases, DELAY_NS: tl.constexpr, BLOCK: tl.constexpr):
+    """Work ``DELAY_NS`` (a clock spin), put ``BLOCK`` elements of ``data`` to ``to_rank``, raise its flag."""
+    if DELAY_NS > 0:
+        began = read_realtime()
+        while read_realtime() - began < DELAY_NS:
+            pass
+    offsets = tl.arange(0, BLOCK)
+    iris.put(data + offsets, data + offsets, from_rank, to_rank, heap_bases)
+    iris.signal(flag, 1, from_rank, to_rank, heap_bases, op="set")
+
+
+@triton.jit
 def two_rounds_kernel(data, flag, ack, cur_rank, heap_bases, RESET: tl.constexpr, BLOCK: tl.constexpr):
     # Rank 0 sends two rounds to rank 1, each announced by setting rank 1's flag to 1. Rank 1
     # acknowledges the first round; rank 0 then works a while before sending the second.
     # Without RESET, rank 1 never sets its flag back to 0, so its second wait passes on the
     # first round's value, long before the second round is sent.
-    offsets = tl.arange(0, BLOCK)
     for step in tl.static_range(2):  # unrolled: no loop around the waits' spin loops
         if cur_rank == 0:
             if step == 1:
                 iris.wait_until(ack, "ge", 1, heap_bases=heap_bases)
-                began = read_realtime()
-                while read_realtime() - began < WORK_NS:
-                    pass
-            iris.put(data + offsets, data + offsets, 0, 1, heap_bases)
-            iris.signal(flag, 1, 0, 1, heap_bases, op="set")
+            send_after(data, flag, 0, 1, heap_bases, WORK_NS if step == 1 else 0, BLOCK)
         elif cur_rank == 1:
             iris.wait_until(flag, "ge", 1, heap_bases=heap_bases)
             if RESET:

@@ -7,9 +7,9 @@ import torch
 import triton
 import triton.language as tl
 from conftest import SMALL_WORLD, get_pool
+from test_check import send_after
 
 import iris
-from iris.device.utils import read_realtime
 from iris_trace import Trace, diff
 from iris_trace.cli import main as iris_trace_main
 
@@ -20,13 +20,8 @@ pytestmark = pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZ
 def handoff_kernel(data, flag, cur_rank, heap_bases, LATE_NS: tl.constexpr, BLOCK: tl.constexpr):
     # Rank 1 puts a block to rank 0 and raises its flag, after LATE_NS of other work;
     # rank 0 waits for it: rank 1's lateness becomes rank 0's wait.
-    offsets = tl.arange(0, BLOCK)
     if cur_rank == 1:
-        began = read_realtime()
-        while read_realtime() - began < LATE_NS:
-            pass
-        iris.put(data + offsets, data + offsets, 1, 0, heap_bases)
-        iris.signal(flag, 1, 1, 0, heap_bases, op="set")
+        send_after(data, flag, 1, 0, heap_bases, LATE_NS, BLOCK)
     elif cur_rank == 0:
         iris.wait_until(flag, "ge", 1, heap_bases=heap_bases)
 

@@ -40,7 +40,7 @@ import numpy as np
 from .matching import match_releasers
 from .schema import DATA_EVENTS, DMA_PUT, GET, LOAD, RELEASE_EVENTS, WAIT_EVENTS, WAIT_UNTIL, event_name
 
-#: The checks, by name, with what each finding of it means (``iris-trace check --list``).
+#: The checks, by name, with what each finding of it means (``iris-trace check --help`` lists them).
 CHECKS = {
     "stale-flag": "a wait passed on a flag value left from an earlier round (raised again later)",
     "data-after-signal": "data written to a rank after the signal that released its wait, none after",

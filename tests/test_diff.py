@@ -30,9 +30,15 @@ def _run_body(rank, world_size, directory, late_ns):
     with iris.iris(1 << 20) as ctx:
         data = ctx.full((64,), float(rank))
         flag = ctx.zeros(1, dtype=torch.int32)
-        ctx.barrier()
         ctx.tracing.enable(max_events=1 << 10)
-        handoff_kernel[(1,)](data, flag, rank, ctx.get_heap_bases(), LATE_NS=late_ns, BLOCK=64)
+        # The first launch compiles the traced kernel, on a GPU in each rank's own time; the
+        # second, which the trace keeps, starts on every rank together (a device barrier).
+        for _ in range(2):
+            flag.zero_()
+            ctx.barrier()
+            ctx.device_barrier()
+            ctx.tracing.reset()
+            handoff_kernel[(1,)](data, flag, rank, ctx.get_heap_bases(), LATE_NS=late_ns, BLOCK=64)
         ctx.barrier()
         return ctx.tracing.collect(directory)
 

@@ -371,6 +371,48 @@ def reserved_scopes(buf, n, heap_bases):
         )
 
 
+@triton.jit
+def _warp_skew():
+    # Holds warp w back 200 * w ns, so a program's warps reach what follows at different times.
+    tl.inline_asm_elementwise(
+        "{ .reg .u32 t; mov.u32 t, %tid.x; shr.u32 t, t, 5; mul.lo.u32 t, t, 200; nanosleep.u32 t;"
+        " mov.u32 $0, 0; }",
+        "=r,r", [tl.arange(0, 256)], dtype=tl.int32, is_pure=False, pack=1,
+    )  # fmt: skip
+
+
+@triton.jit
+def skewed_stash_writes(writes, heap_bases, CAPACITY: tl.constexpr):
+    # ``writes`` stashes of CAPACITY scopes per program, each written while the warps are skewed.
+    for w in range(writes):
+        held, count = iris.device.tracing.stash_new(heap_bases, CAPACITY)
+        for _ in range(CAPACITY):
+            start = iris.device.tracing.begin(heap_bases)
+            held, count = iris.device.tracing.stash(
+                heap_bases, held, count, start, iris.device.tracing.SCOPE_BASE + 3, -1, None, 0, 0,
+                tl.program_id(0), w,
+            )  # fmt: skip
+        _warp_skew()
+        iris.device.tracing.stash_write(heap_bases, held, count)
+
+
+def _skewed_stash_body(rank, world_size, programs, writes, capacity):
+    with iris.iris(1 << 26) as ctx:
+        ctx.tracing.enable(max_events=1 << 18)
+        skewed_stash_writes[(programs,)](writes, ctx.get_heap_bases(), CAPACITY=capacity, num_warps=8)
+        ev = ctx.tracing.events()
+        return len(ev), ctx.tracing.dropped()
+
+
+@pytest.mark.skipif(iris.BACKEND != "cuda", reason="warps read the clock apart only on a GPU")
+def test_a_stash_lands_whole_when_its_warps_read_the_clock_apart():
+    # Warps 1.4 us apart straddle a region's 16 us step in about one write in twelve; each
+    # of a stash's records must still land in the region whose slots were claimed.
+    programs, writes, capacity = 132, 20, 16
+    recorded, dropped = get_pool(1).run(_skewed_stash_body, programs, writes, capacity)[0]
+    assert (recorded, dropped) == (programs * writes * capacity, 0)
+
+
 def _reserve_body(rank, world_size):
     with iris.iris(1 << 22) as ctx:
         buf = ctx.zeros(8, dtype=torch.int32)

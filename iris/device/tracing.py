@@ -611,11 +611,16 @@ def stash_write(heap_bases, held, count):
     """
     if compiled_in(heap_bases.dtype):
         if count > 0:
-            slots = layout.tracing_slots(heap_bases)
-            _, region, capacity, counters, dropped, records = _region_buffers(slots)
-            first = tl.atomic_add(counters + region * COUNTER_STRIDE, count, sem="relaxed", scope="gpu")
             row = tl.arange(0, held.shape[0])[:, None]
             col = tl.arange(0, RECORD_WORDS)[None, :]
+            # The region goes by the stash's last end time, a reduction every thread agrees
+            # on. Each thread reads the clock itself, so "now" can fall on both sides of a
+            # region's time step in one program: the claim (one thread) and the stores (all
+            # of them) would then take different regions, and the records would be lost.
+            last_end = tl.max(tl.where((row < count) & (col == _W_END), held, 0))
+            slots = layout.tracing_slots(heap_bases)
+            _, region, capacity, counters, dropped, records = _region_buffers(slots, last_end)
+            first = tl.atomic_add(counters + region * COUNTER_STRIDE, count, sem="relaxed", scope="gpu")
             slot = first.to(tl.int64) + row
             words = tl.where(col == _W_WHERE, held | (slot << _OP_INDEX_SHIFT), held)
             region_records = _region_records(records, region, capacity)

@@ -58,7 +58,13 @@ def merge(args) -> int:
     bar, advance = _progress(len(trace.events), "perfetto")
     with bar:
         stats = write_perfetto(trace, args.output, progress=advance)
-    print(f"wrote {args.output}: {stats['slices']} slices, {stats['flows']} flows, {stats['tracks']} tracks")
+    profiled = (
+        f" (PyTorch profiler: {stats['torch_slices']} slices, {stats['torch_flows']} launch arrows)"
+        if "torch_slices" in stats
+        else ""
+    )
+    counts = f"{stats['slices']} slices, {stats['flows']} flows, {stats['tracks']} tracks"
+    print(f"wrote {args.output}: {counts}{profiled}")
     if args.json:
         bar, advance = _progress(len(trace.events), "chrome json")
         with bar:

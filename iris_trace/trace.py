@@ -6,6 +6,7 @@ to align it with the others::
     events        EVENT_DTYPE array, timestamps in that GPU's own clock
     sync_enable   int64 (world, rounds, 4) ping-pong stamps taken at enable()
     sync_collect  int64 (world, rounds, 4) the same at collect()
+    torch_*       optional: a PyTorch profile and its clock markers (iris_trace.torch_profile)
     meta          JSON: format, rank, world_size, dropped, device, heap_size,
                   num_sms, scope_names, command, clock_domain (ranks with the same one
                   read the same clock: one GPU, or the host under emulation), run
@@ -37,6 +38,10 @@ from .events import EVENT_DTYPE, upgrade
 from .flight_file import pid_alive
 from .lanes import assign_lanes
 from .matching import match_releasers
+from .torch_profile import ProfileError, TorchProfile
+
+#: The arrays of a rank file that hold a PyTorch profile (all or none).
+TORCH_ARRAYS = ("torch_events", "torch_anchors", "torch_strings")
 
 FORMAT = "iris-trace-rank/1"
 #: Timestamps beyond this (in either direction) are not a clock's: 146 years of nanoseconds.
@@ -70,6 +75,8 @@ class RankTrace:
     clock_domain: str = ""
     #: The run the events belong to (the same on every rank of one run; ``""`` if unknown).
     run: str = ""
+    #: PyTorch profiler events taken with ``ctx.tracing.torch_profiler()`` (None: none).
+    torch: TorchProfile | None = None
 
     def meta(self) -> dict:
         return {
@@ -95,6 +102,8 @@ class RankTrace:
         arrays = {"events": self.events, "sync_enable": self.sync_enable}
         if self.sync_collect is not None:
             arrays["sync_collect"] = self.sync_collect
+        if self.torch is not None:
+            arrays.update(self.torch.arrays())
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with files.replace_atomically(path) as handle:
             np.savez(handle, meta=np.array(json.dumps(self.meta())), **arrays)
@@ -111,7 +120,7 @@ class RankTrace:
         Example:
             >>> rank0 = RankTrace.load("traces/rank0.npz")
         """
-        arrays = _read_arrays(path, ("meta", "events", "sync_enable"), ("sync_collect",))
+        arrays = _read_arrays(path, ("meta", "events", "sync_enable"), ("sync_collect", *TORCH_ARRAYS))
         meta = _parse_meta(path, arrays["meta"])
         world, rank = meta["world_size"], meta["rank"]
         events = upgrade(arrays["events"])
@@ -122,12 +131,23 @@ class RankTrace:
         sync_collect = arrays.get("sync_collect")
         if sync_collect is not None:
             sync_collect = _check_samples(path, "sync_collect", sync_collect, world)
+        profile = None
+        if any(name in arrays for name in TORCH_ARRAYS):
+            if not all(name in arrays for name in TORCH_ARRAYS):
+                raise TraceFileError(
+                    f"{path}: its PyTorch profile is incomplete (it needs {', '.join(TORCH_ARRAYS)})"
+                )
+            try:
+                profile = TorchProfile.from_arrays(path, arrays)
+            except ProfileError as error:
+                raise TraceFileError(str(error)) from None
         return cls(
             rank=rank,
             world_size=world,
             events=events,
             sync_enable=sync_enable,
             sync_collect=sync_collect,
+            torch=profile,
             dropped=meta["dropped"],
             device=meta["device"],
             heap_size=meta["heap_size"],
@@ -405,6 +425,24 @@ class Trace:
             parts.append(events)
         merged = np.concatenate(parts)
         return merged[np.argsort(merged["start_ns"], kind="stable")]
+
+    def torch_events(self, rank: int) -> tuple[TorchProfile, np.ndarray, np.ndarray] | None:
+        """Rank ``rank``'s PyTorch profile and its events' start and end on rank 0's clock (int64 ns).
+
+        ``None`` when the rank took no profile (``ctx.tracing.torch_profiler()``).
+
+        Example:
+            >>> profile, start, end = trace.torch_events(0)
+            >>> profile.names[profile.events["name"][0]], start[0]
+        """
+        profile = self.ranks[rank].torch
+        if profile is None:
+            return None
+        clock, fit = profile.clock(), self.clock_fits[rank]
+        events = profile.events
+        start = fit.to_reference(clock.to_device(events["start_ns"]))
+        end = fit.to_reference(clock.to_device(events["start_ns"] + events["dur_ns"]))
+        return profile, np.rint(start).astype(np.int64), np.rint(np.maximum(end, start)).astype(np.int64)
 
     @functools.cached_property
     def releasers(self) -> np.ndarray:

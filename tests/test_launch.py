@@ -55,12 +55,13 @@ def test_examples_are_numbered_as_documented():
         "13_traced_gemm_all_scatter.py",
         "14_copy_engine.py",
         "15_why_ranks_wait.py",
+        "16_torch_profiler.py",
     ]
 
 
 def verify_example(name: str, tmp_path, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run example ``name`` at ``SMALL_WORLD`` ranks (traces go to ``tmp_path``); check it verified itself."""
-    writes_traces = name in ("07_tracing.py", "13_traced_gemm_all_scatter.py")
+    writes_traces = name in ("07_tracing.py", "13_traced_gemm_all_scatter.py", "16_torch_profiler.py")
     result = run_example(name, SMALL_WORLD, *([str(tmp_path)] if writes_traces else []), env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert result.stdout.count(" OK") >= 1

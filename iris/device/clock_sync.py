@@ -46,3 +46,17 @@ def pong_kernel(ping, pong, stamps, rounds, cur_rank, reference, heap_bases):
         _raise_flag(pong, k + 1, cur_rank, reference, heap_bases)
         tl.store(stamps + 4 * k + 1, t1)
         tl.store(stamps + 4 * k + 2, t2)
+
+
+@triton.jit
+def iris_clock_marker(stamps, index):
+    """Store this GPU's clock at ``stamps[index]``: a marker a profiler sees as a kernel.
+
+    ``ctx.tracing.torch_profiler()`` launches it at a profile's start and end; the time it
+    reads lies inside the kernel's slice in the profile, which aligns the two clocks
+    (``iris_trace.torch_profile``). The name is what the profiler lists.
+
+    Example:
+        >>> iris_clock_marker[(1,)](stamps, 3, num_warps=1)
+    """
+    tl.store(stamps + index, hw.timer_ns())

@@ -6,7 +6,9 @@ SM lane ("SM 12", "SM 12 · lane 1" where CTAs overlap; copy-engine puts on
 also its split, ``common.WAIT_ARGS``: why it waited), a "bytes moved" counter track
 per rank, flow arrows from the op that released each wait to that wait, and a
 "trace metadata" instant carrying world size, devices, dropped events, clock offsets
-and residuals, and the command.
+and residuals, and the command. A rank that ran ``ctx.tracing.torch_profiler()`` also
+has its host threads and CUDA streams (every kernel, cuBLAS and NCCL too) as tracks
+above its SMs, on the same clock, with an arrow from each launch to its kernel.
 
 Descriptors, interned names and metadata are built with the perfetto package's
 message classes and streaming builder; the millions of slice packets are
@@ -39,6 +41,8 @@ from . import wire
 from .common import ARGS, WAIT_ARGS, counter_rows, trace_metadata, wait_split
 
 SEQUENCE_ID = 1
+#: The PyTorch profiler's slices: names inline, no interned state.
+TORCH_SEQUENCE_ID = 2
 METADATA_TRACK = 1
 #: Packets encoded per numpy pass: about 1 MiB of rows, so the rows and their words stay in the
 #: CPU cache while each field is stored, and the Python cost of a pass is spread over many rows.
@@ -80,7 +84,10 @@ def write_perfetto(trace: Trace, path: str, chunk_events: int = 1 << 20, progres
         {'slices': 120000, 'flows': 400, 'tracks': 70, ...}
     """
     events = trace.events
-    base = int(events["start_ns"].min()) if len(events) else 0
+    profiles = [(r, found) for r in range(trace.world_size) if (found := trace.torch_events(r)) is not None]
+    starts = [int(events["start_ns"].min())] if len(events) else []
+    starts += [int(start.min()) for _, (_, start, _) in profiles if len(start)]
+    base = min(starts, default=0)
     lanes = trace.lanes
     waits = np.flatnonzero(trace.releasers >= 0)
     sources = trace.releasers[waits]
@@ -99,7 +106,70 @@ def write_perfetto(trace: Trace, path: str, chunk_events: int = 1 << 20, progres
             lo = hi
         times, ranks, values = counter_rows(trace, events, base)
         writer.write_counters((times, counter_track(ranks), values))
-    return {"slices": len(events), "flows": len(waits), "tracks": tracks, "base_ns": base}
+        torch_counts = [_write_torch(builder, rank, *found, base) for rank, found in profiles]
+    written = {"slices": len(events), "flows": len(waits), "tracks": tracks, "base_ns": base}
+    if torch_counts:
+        written["torch_slices"] = sum(n for n, _, _ in torch_counts)
+        written["torch_flows"] = sum(n for _, n, _ in torch_counts)
+        written["tracks"] += sum(n for _, _, n in torch_counts)
+    return written
+
+
+def torch_track(rank: int, index: int) -> int:
+    """uuid of a rank's PyTorch profiler track (a host thread or a CUDA stream)."""
+    return rank_track(rank) + (1 << 38) + index + 1
+
+
+def _write_torch(builder, rank: int, profile, start: np.ndarray, end: np.ndarray, base: int):
+    """A rank's PyTorch profile: its tracks, slices and launch arrows; returns (slices, flows, tracks).
+
+    Slices of one track must nest for the viewer: a slice that outlasts the one it began
+    in is cut at that one's end (Kineto's microsecond rounding makes a few).
+    """
+    for index, name in enumerate(profile.tracks):
+        packet = builder.create_packet()
+        descriptor = packet.track_descriptor
+        descriptor.uuid = torch_track(rank, index)
+        descriptor.parent_uuid = rank_track(rank)
+        descriptor.name = name
+        descriptor.sibling_order_rank = -len(profile.tracks) + index  # above the SMs
+        builder.write_packet(packet)
+    launch, activity = profile.launches()
+    flow_out = dict(zip(launch.tolist(), range(len(launch))))
+    flow_in = dict(zip(activity.tolist(), range(len(activity))))
+    flow_base = (1 << 62) | (rank << 40)
+    events = profile.events
+    for index in range(len(profile.tracks)):
+        rows = np.flatnonzero(events["track"] == index)
+        rows = rows[np.lexsort((-(end[rows] - start[rows]), start[rows]))]
+        open_ends: list[int] = []
+        for row in rows.tolist():
+            begin = int(start[row])
+            while open_ends and open_ends[-1] <= begin:
+                _torch_packet(builder, open_ends.pop() - base, _END, index, rank)
+            finish = min(int(end[row]), open_ends[-1]) if open_ends else int(end[row])
+            packet = _torch_packet(builder, begin - base, _BEGIN, index, rank, write=False)
+            packet.track_event.name = profile.names[events["name"][row]]
+            if row in flow_out:
+                packet.track_event.flow_ids.append(flow_base + flow_out[row])
+            if row in flow_in:
+                packet.track_event.terminating_flow_ids.append(flow_base + flow_in[row])
+            builder.write_packet(packet)
+            open_ends.append(finish)
+        while open_ends:
+            _torch_packet(builder, open_ends.pop() - base, _END, index, rank)
+    return len(events), len(launch), len(profile.tracks)
+
+
+def _torch_packet(builder, time: int, kind: int, track: int, rank: int, write: bool = True):
+    packet = builder.create_packet()
+    packet.timestamp = time
+    packet.trusted_packet_sequence_id = TORCH_SEQUENCE_ID
+    packet.track_event.type = kind
+    packet.track_event.track_uuid = torch_track(rank, track)
+    if write:
+        builder.write_packet(packet)
+    return packet
 
 
 def _write_descriptors(builder, trace: Trace, events: np.ndarray, lanes: np.ndarray) -> int:

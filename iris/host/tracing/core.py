@@ -24,7 +24,7 @@ from iris_trace.trace import RankTrace, Trace, claim_directory
 from ...device import layout
 from ...device import tracing as device_tracing
 from ...device.clock_sync import ping_kernel, pong_kernel
-from . import upstream_json
+from . import torch_profiler, upstream_json
 
 COUNTER_STRIDE = int(device_tracing.COUNTER_STRIDE)
 RECORD_WORDS = int(device_tracing.RECORD_WORDS)
@@ -50,6 +50,8 @@ class Tracing:
         self._counters = self._dropped = self._records = None
         self._ping = self._pong = None
         self._sync_enable: np.ndarray | None = None
+        #: What :meth:`torch_profiler` last recorded (kept for the next export).
+        self._torch_profile = None
         #: Enables so far: with the context's session, the id of the current run (``run``).
         self._runs = 0
         self._sync_rounds = 16 if ctx.backend.interpreted else 200
@@ -124,10 +126,31 @@ class Tracing:
         Example:
             >>> ctx.tracing.reset()
         """
+        self._torch_profile = None
         if self._counters is not None:
             self._counters.zero_()
             self._dropped.zero_()
             self._records.zero_()
+
+    def torch_profiler(self, **profiler_options):
+        """PyTorch's profiler on this rank, its events put on the trace's clock (a context manager).
+
+        Runs ``torch.profiler.profile(**profiler_options)`` (``schedule`` and
+        ``on_trace_ready`` excepted: the whole profile is kept) and yields it. At its start
+        and end a few one-thread marker kernels align the profiler's clock with this GPU's
+        (``iris_trace.torch_profile``). The next :meth:`collect` or :meth:`export` carries
+        the profile: in the merged Perfetto trace each rank's host threads and CUDA streams
+        (cuBLAS, NCCL and Iris kernels alike) sit under that rank beside its SMs, on one
+        clock, with an arrow from each launch to its kernel. Not collective; tracing must
+        be enabled; :meth:`enable` and :meth:`reset` forget the profile.
+
+        Example:
+            >>> from torch.profiler import ProfilerActivity
+            >>> with ctx.tracing.torch_profiler(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+            ...     step()
+            >>> trace = ctx.tracing.export("traces/")   # rank files and the merged trace hold it
+        """
+        return torch_profiler.profile(self, **profiler_options)
 
     def name_scope(self, scope: int, name: str) -> None:
         """Name the compute scope ``scope`` of :func:`iris.trace_end` in traces and reports.
@@ -308,4 +331,5 @@ class Tracing:
             command=" ".join(sys.argv),
             clock_domain=ctx.backend.clock_domain(ctx.get_device()),
             run=self.run,
+            torch=self._torch_profile,
         )

@@ -19,6 +19,7 @@ os.environ.setdefault("IRIS_BACKEND", "cuda")
 import triton
 from inspect_ptx import dump_instructions, memory_ops
 from ptx_flow import barriers_in_multi_entry_loops, print_barrier_hazards
+from ptx_only import ptx_only
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -99,7 +100,8 @@ if __name__ == "__main__":
     hazards = {}
     for dtype in dtypes:
         for name, kernel, signature, constexprs in kernels(dtype):
-            ptx = compile_ptx(kernel, signature, constexprs)
+            with ptx_only():  # only PTX is read here
+                ptx = compile_ptx(kernel, signature, constexprs)
             print(f"{name}[{dtype}]", memory_ops(ptx), flush=True)
             hazards[f"{name}[{dtype}]"] = barriers_in_multi_entry_loops(ptx)
             if dump:

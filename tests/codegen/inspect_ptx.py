@@ -34,6 +34,7 @@ from ptx_flow import (
     instructions_in_loops,
     print_barrier_hazards,
 )
+from ptx_only import ptx_only
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -228,7 +229,8 @@ def compile_ptx(name: str) -> str:
     # Pointers 16-byte aligned and n a multiple of 16, as Triton specialises typical launches.
     attrs = {(i,): [["tt.divisibility", 16]] for i in (aligned[0] if aligned else range(3))}
     source = ASTSource(kernel, signature, constexprs, attrs=attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+    with ptx_only():
+        return triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
 
 
 def instructions(ptx: str) -> list[str]:

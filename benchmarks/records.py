@@ -351,10 +351,22 @@ What the costs are made of: [tracing.md](tracing.md#cost).
 | --- | --- | --- | --- | --- | --- |
 {chr(10).join(rows)}
 
-One rank on one H200: GEMM + store {gemm["untraced"]["us"]:.1f} us, disabled {_pct(gemm["disabled"]["overhead_pct"])}, enabled {_pct(gemm["enabled"]["overhead_pct"])}; a copy of 256 MiB to itself in 16 KiB ops, disabled {_pct(put["disabled"]["overhead_pct"])}, enabled {_pct(put["enabled"]["overhead_pct"])} ({put["events_per_second"] / 1e6:.0f} M events/s, the harshest case there is).
+One rank on one H200: GEMM + store {gemm["untraced"]["us"]:.1f} us, disabled {_pct(gemm["disabled"]["overhead_pct"])}, enabled {_pct(gemm["enabled"]["overhead_pct"])}; a copy of 256 MiB to itself in 16 KiB ops, disabled {_pct(put["disabled"]["overhead_pct"])}, enabled {_pct(put["enabled"]["overhead_pct"])} ({put["events_per_second"] / 1e6:.0f} M events/s, the harshest case there is).{_sampled_sentence(one_rank, gemm, put)}
 
 {_source(*runs.values(), one_rank)}
 """
+
+
+def _sampled_sentence(run: dict, gemm: dict, put: dict) -> str:
+    # Runs from before sampling existed have no sampled mode.
+    if "sampled" not in gemm:
+        return ""
+    return (
+        f" Sampled, one program in {run['sample_period']} recording (`enable(sample=...)`): GEMM + store "
+        f"{_pct(gemm['sampled']['overhead_pct'])}, the copy {_pct(put['sampled']['overhead_pct'])} (each recorded "
+        "program records every op it issues, and the recording ones still end last); the same "
+        f"kernel untraced again read {_pct(gemm['untraced_again']['overhead_pct'])}, the noise."
+    )
 
 
 # ---------------------------------------------------------------- the rest

@@ -15,6 +15,7 @@ Modes, in one run with the same fixed iteration count on every rank (max over ra
   untraced   plain heap_bases (tracing compiled out; the code tracing never touched)
   disabled   the traced kernel variant launched while the host has tracing disabled
   enabled    traced and recording
+  sampled    traced and recording one program in --sample-period (8): ctx.tracing.enable(sample=1/8)
   untraced   again, a second sample in each trial, to show run-to-run noise
 
 Each trial times every mode once, trial ``t`` starting at the ``t``-th mode and going
@@ -104,8 +105,10 @@ def gemm_all_scatter(
 MAX_EVENTS = 1 << 22
 
 
-MODES = ("untraced", "disabled", "enabled", "untraced_again")
-OP_MODES = ("untraced", "enabled", "untraced_again")
+MODES = ("untraced", "disabled", "enabled", "sampled", "untraced_again")
+OP_MODES = ("untraced", "enabled", "sampled", "untraced_again")
+#: ``sampled``: traced and recording one program in this many (``--sample-period``).
+SAMPLE_PERIOD = 8
 
 
 def measure(ctx, launch, iters, trials):
@@ -122,7 +125,7 @@ def measure(ctx, launch, iters, trials):
     for mode, heap_bases in (("untraced", plain), ("disabled", traced)):
         compiled = launch(heap_bases)
         resources[mode] = (compiled.n_regs, compiled.n_spills)
-    resources["enabled"] = resources["disabled"]  # the same compiled variant
+    resources["enabled"] = resources["sampled"] = resources["disabled"]  # the same compiled variant
     resources["untraced_again"] = resources["untraced"]
     ctx.tracing.enable(max_events=MAX_EVENTS)
     ctx.tracing.reset()
@@ -147,18 +150,22 @@ def _trials(ctx, untraced, traced, iters, trials, disabled=None):
     the library op at 16384 x 8192 x 8192 up to 3% faster than the others, which made
     tracing read as a speed-up there."""
     modes = MODES if disabled is not None else OP_MODES
-    calls = {"untraced": untraced, "disabled": disabled, "enabled": traced, "untraced_again": untraced}
+    calls = {
+        "untraced": untraced, "disabled": disabled, "enabled": traced, "sampled": traced,
+        "untraced_again": untraced,
+    }  # fmt: skip
     times = {mode: [] for mode in modes}
     recorded_ok = True
     for trial in range(trials):
         first = trial % len(modes)
         for mode in modes[first:] + modes[:first]:
-            ctx.tracing.enable(max_events=MAX_EVENTS)
+            ctx.tracing.enable(max_events=MAX_EVENTS, sample=1 / SAMPLE_PERIOD if mode == "sampled" else 1)
             ctx.tracing.reset()
-            if mode != "enabled":
+            recording = mode in ("enabled", "sampled")
+            if not recording:
                 ctx.tracing.disable()
             times[mode].append(time_loop(ctx, calls[mode], iters))
-            if mode == "enabled":
+            if recording:
                 recorded_ok = recorded_ok and ctx.tracing.dropped() == 0
                 ctx.tracing.disable()
     ctx.tracing.reset()
@@ -232,6 +239,7 @@ def row(name, measured):
 
 
 def main():
+    global SAMPLE_PERIOD  # the sampled mode's period, for _trials
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--put-mib", type=int, default=256)
     parser.add_argument("--gemm", type=int, nargs=3, default=[4096, 4096, 4096], metavar=("M", "N", "K"))
@@ -259,8 +267,15 @@ def main():
         choices=VARIANTS,
         help="the style of the library rows (default: the one auto picks at each shape)",
     )
+    parser.add_argument(
+        "--sample-period",
+        type=int,
+        default=SAMPLE_PERIOD,
+        help="the sampled mode records one program in this many (ctx.tracing.enable(sample=1/k))",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    SAMPLE_PERIOD = args.sample_period
     if iris.BACKEND != "cuda":
         raise SystemExit("this benchmark times GPUs: run it with IRIS_BACKEND=cuda")
     started = time.time()
@@ -326,6 +341,7 @@ def main():
         "gemm_shape": [M, N, K],
         "iters": args.iters,
         "trials": args.trials,
+        "sample_period": args.sample_period,
         "results": [row(name, m) for name, m in measured.items()],
         "gemm_result_correct": correct,
         "gemm_max_relative_error": max(errors),

@@ -73,6 +73,7 @@ from .attribution import (
 from .events import EVENT_DTYPE
 from .intervals import Coverage
 from .matching import COMM, COMPUTE, WAIT, categories, match_releasers, sm_index
+from .sampling import estimate_totals
 from .schema import DMA_CU_BASE, event_name
 
 _LENGTH_FIELDS = ("compute_ns", "comm_ns", "wait_ns", "overlap_ns", "stall_ns", "busy_ns", "idle_ns")
@@ -206,6 +207,8 @@ class Report:
     critical_path: list[dict] = field(default_factory=list)
     #: What to keep in mind reading the numbers (emulated timings, shared clocks, drops).
     notes: list[str] = field(default_factory=list)
+    #: A sampled trace's period and estimated totals per rank (``iris_trace.sampling``); empty if unsampled.
+    sampling: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """Everything as JSON-ready builtins (addresses as ``0x...`` strings).
@@ -227,6 +230,7 @@ class Report:
             "tile_lifecycle": {str(rank): stats for rank, stats in self.tile_lifecycle.items()},
             "seen_latency": [dict(row) for row in self.seen_latency],
             "critical_path": [_hex_address(row) for row in self.critical_path],
+            "sampling": {k: (list(v) if isinstance(v, list) else v) for k, v in self.sampling.items()},
             "legend": dict(LEGEND),
         }
 
@@ -310,6 +314,16 @@ class Report:
                     )
                 lines.append(line)
             lines.append("")
+        if self.sampling:
+            lines.append(
+                f"estimated totals over every program (one program in {self.sampling['period']} recorded; "
+                "bound: two standard errors)"
+            )
+            rows = [
+                [r["rank"], r["quantity"], f"{r['recorded']:.0f}", f"{r['estimate']:.0f} ± {r['bound']:.0f}"]
+                for r in self.sampling["estimates"]
+            ]
+            lines += [*_fixed_width(["rank", "quantity", "recorded", "estimate"], rows), ""]
         lines.append("per rank")
         headers = ["rank", "compute", "comm", "wait", "overlap", "stall", "idle", "ratio", "bytes"]
         rows = []
@@ -468,6 +482,7 @@ def analyze(
     notes: list[str] | None = None,
     releaser: np.ndarray | None = None,
     causes: dict[str, np.ndarray] | None = None,
+    sample_period: int = 1,
 ) -> Report:
     """Compute, communication, overlap, stall and idle time per SM, per rank and overall,
     and why ranks waited.
@@ -477,7 +492,9 @@ def analyze(
     (:func:`analyze_trace` fills them from the trace's metadata). ``releaser`` is
     :func:`~iris_trace.matching.match_releasers` of ``events`` where the caller has it
     (``Trace.releasers``), and ``causes`` :func:`~iris_trace.attribution.attribute_waits`
-    of them (``Trace.wait_causes``); each is computed here otherwise.
+    of them (``Trace.wait_causes``); each is computed here otherwise. ``sample_period`` > 1
+    (``Trace.sample_period``: one program in that many recorded) adds the estimated totals
+    of :func:`~iris_trace.sampling.estimate_totals` and a note.
 
     Example:
         >>> report = analyze(trace.events, trace.world_size, trace.scope_names, top=5)
@@ -542,8 +559,23 @@ def analyze(
         tile_lifecycle=lifecycle,
         seen_latency=seen_latency(events, causes),
         critical_path=[_event_row(events[i], window_start, scope_names) for i in path],
-        notes=list(notes or []),
+        notes=list(notes or []) + _sampling_notes(sample_period),
+        sampling=(
+            {"period": sample_period, "estimates": estimate_totals(events, world_size, sample_period)}
+            if sample_period > 1
+            else {}
+        ),
     )
+
+
+def _sampling_notes(period: int) -> list[str]:
+    if period <= 1:
+        return []
+    return [
+        f"one program in {period} recorded (ctx.tracing.enable(sample=...)): the per-rank and per-SM "
+        "times, stalls and paths are those of the recorded programs; estimated totals over every "
+        "program, with their bounds, are under 'estimated totals'"
+    ]
 
 
 def trace_notes(trace) -> list[str]:
@@ -618,6 +650,7 @@ def analyze_trace(trace, top: int = 10) -> Report:
         notes=trace_notes(trace),
         releaser=trace.releasers,
         causes=trace.wait_causes,
+        sample_period=trace.sample_period,
     )
     # Where ranks share a GPU (or run emulated) a late flag is a turn, not the first-flag delay.
     if not trace.shares_a_clock and not _emulated(trace):

@@ -164,6 +164,8 @@ PATH_MAPPED, PATH_CROSS_NODE = 0, 1
 PATH_NAMES = {PATH_MAPPED: "mapped", PATH_CROSS_NODE: "cross-node"}
 
 # Tracing slots of the context tensor, counted from the first slot after ``heap_size``.
+# SLOT_ENABLED: 0 while tracing is disabled; while enabled, the sampling period k, a power of
+# two (a program records when its linear id is a multiple of k; k = 1 records every program).
 SLOT_ENABLED, SLOT_MAX_EVENTS, SLOT_REGION_CAPACITY, SLOT_NUM_REGIONS = 0, 1, 2, 3
 SLOT_COUNTERS, SLOT_DROPPED, SLOT_RECORDS = 4, 5, 6
 #: Context slots reserved for tracing (the flight recorder's slots follow them).

@@ -10,7 +10,8 @@ to align it with the others::
     meta          JSON: format, rank, world_size, dropped, device, heap_size,
                   num_sms, scope_names, command, clock_domain (ranks with the same one
                   read the same clock: one GPU, or the host under emulation), run
-                  (the run's id: every rank of one tracing run has the same)
+                  (the run's id: every rank of one tracing run has the same),
+                  sample_period (one program in that many recorded)
 
 :class:`Trace` merges one file (or in-memory :class:`RankTrace`) per rank and
 maps every timestamp onto rank 0's clock; files of different runs are refused.
@@ -75,6 +76,8 @@ class RankTrace:
     clock_domain: str = ""
     #: The run the events belong to (the same on every rank of one run; ``""`` if unknown).
     run: str = ""
+    #: One program in this many recorded its events (``ctx.tracing.enable(sample=...)``).
+    sample_period: int = 1
     #: PyTorch profiler events taken with ``ctx.tracing.torch_profiler()`` (None: none).
     torch: TorchProfile | None = None
 
@@ -91,6 +94,7 @@ class RankTrace:
             "command": self.command,
             "clock_domain": self.clock_domain,
             "run": self.run,
+            "sample_period": self.sample_period,
         }
 
     def save(self, path: str) -> str:
@@ -156,6 +160,7 @@ class RankTrace:
             command=meta["command"],
             clock_domain=meta["clock_domain"],
             run=meta["run"],
+            sample_period=meta["sample_period"],
         )
 
 
@@ -246,6 +251,7 @@ def _parse_meta(path: str, meta: np.ndarray) -> dict:
         "command": (str, ""),
         "clock_domain": (str, ""),
         "run": (str, ""),
+        "sample_period": (int, 1),
         "scope_names": (dict, {}),
     }
     out = {}
@@ -260,6 +266,8 @@ def _parse_meta(path: str, meta: np.ndarray) -> dict:
         raise TraceFileError(f"{path}: rank {out['rank']} of world size {out['world_size']} is impossible")
     if min(out["dropped"], out["heap_size"], out["num_sms"]) < 0:
         raise TraceFileError(f"{path}: its metadata has a negative count")
+    if not 1 <= out["sample_period"] <= 1 << 31:
+        raise TraceFileError(f"{path}: its metadata's sample_period {out['sample_period']} is not a period")
     try:
         out["scope_names"] = {int(k): str(v) for k, v in out["scope_names"].items()}
     except ValueError:
@@ -379,6 +387,11 @@ class Trace:
         self.world_size = world
         #: The run every rank file belongs to (``""`` for files from before runs had ids).
         self.run = ranks[0].run
+        periods = {rank_trace.sample_period for rank_trace in self.ranks}
+        if len(periods) > 1:
+            raise TraceFileError(f"rank files sampled at different periods {sorted(periods)}: not one run")
+        #: One program in this many recorded (``ctx.tracing.enable(sample=...)``; 1: all).
+        self.sample_period = self.ranks[0].sample_period
         #: Where :meth:`save` last wrote the rank files (``None`` until it has).
         self.directory: str | None = None
         reference = self.ranks[0]

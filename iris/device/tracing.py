@@ -214,14 +214,22 @@ def _touched(ptr, mask, local_base):
 
 @triton.jit
 def enabled(heap_bases):
-    """Whether the host has tracing enabled now (the run-time flag; read it only in traced variants).
+    """Whether this program records now (the run-time flag; read it only in traced variants).
+
+    The switch (``schema.SLOT_ENABLED``) is 0 while the host has tracing disabled and
+    the sampling period ``k``, a power of two, while enabled: a program records when its
+    linear id is a multiple of ``k`` (every program at ``k = 1``; program 0 always, so
+    one-program kernels such as the device barrier are never sampled out). Branch-free
+    and made of launch constants (a mask, not a remainder, which could not be moved out
+    of a loop), so the compiler computes it once per program.
 
     Example:
         >>> if tracing.compiled_in(heap_bases.dtype):
         >>>     if tracing.enabled(heap_bases):
         >>>         tracing.record(heap_bases, start, tracing.PUT, peer, ptr, mask)
     """
-    return layout.tracing_switch(heap_bases) != 0
+    switch = layout.tracing_switch(heap_bases)
+    return (switch != 0) & ((_linear_pid().to(switch.dtype) & (switch - 1)) == 0)
 
 
 @triton.jit

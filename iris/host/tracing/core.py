@@ -10,6 +10,7 @@ every rank's events together.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import weakref
@@ -28,6 +29,23 @@ from . import torch_profiler, upstream_json
 
 COUNTER_STRIDE = int(device_tracing.COUNTER_STRIDE)
 RECORD_WORDS = int(device_tracing.RECORD_WORDS)
+
+
+def sample_period(sample) -> int:
+    """The sampling period ``k`` of ``enable(sample=...)``: one program in ``k`` records, ``k``
+    the power of two nearest ``1 / sample`` (in ratio).
+
+    Raises:
+        ValueError: ``sample`` is not a number in (0, 1].
+
+    Example:
+        >>> sample_period(0.125)
+        8
+    """
+    if isinstance(sample, bool) or not isinstance(sample, (int, float)) or not 0 < sample <= 1:
+        raise ValueError(f"iris: tracing.enable(sample=...) must be a fraction in (0, 1], got {sample!r}")
+    # A power of two: the device tests a mask, which costs a kernel nothing per op (docs/design.md).
+    return 1 << min(round(math.log2(1 / sample)), 30)
 
 
 class Tracing:
@@ -50,6 +68,8 @@ class Tracing:
         self._counters = self._dropped = self._records = None
         self._ping = self._pong = None
         self._sync_enable: np.ndarray | None = None
+        #: One program in this many records (:meth:`enable`'s ``sample``); 1: every program.
+        self.sample_period = 1
         #: What :meth:`torch_profiler` last recorded (kept for the next export).
         self._torch_profile = None
         #: Enables so far: with the context's session, the id of the current run (``run``).
@@ -57,7 +77,7 @@ class Tracing:
         self._sync_rounds = 16 if ctx.backend.interpreted else 200
 
     # ------------------------------------------------------------------ control
-    def enable(self, max_events: int = 1 << 20) -> None:
+    def enable(self, max_events: int = 1 << 20, sample: float = 1.0) -> None:
         """Start recording every device op of every rank (collective).
 
         ``max_events`` is this rank's buffer size; it is split evenly over one region
@@ -65,21 +85,33 @@ class Tracing:
         full region are counted as dropped.
         Buffers persist on the heap; enabling again with a larger size allocates more.
 
+        ``sample`` (0 < sample <= 1) records that fraction of programs: every ``k``-th
+        program of each launch, ``k`` the power of two nearest ``1 / sample``, program 0 always
+        (:attr:`sample_period`). A recorded program records all of its ops; the report
+        scales its totals and gives their error bounds (docs/tracing.md "Sampling").
+
         Example:
             >>> ctx.tracing.enable(max_events=100_000)
+            >>> ctx.tracing.enable(sample=1 / 8)   # one program in eight
         """
         if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
             raise ValueError(f"iris: max_events must be a positive int, got {max_events!r}")
+        period = sample_period(sample)
         capacity = -(-max_events // self._regions)
         pieces = self._pieces(capacity) if capacity > self._capacity else []
         heap = self._ctx.heap
         needed = heap.bytes_needed(pieces) if pieces else 0
         # All or nothing, on every rank alike: nothing is allocated unless every rank has room.
-        asks = self._ctx._comm.all_gather_object((max_events, needed, heap.free))
+        asks = self._ctx._comm.all_gather_object((max_events, needed, heap.free, period))
         sizes = [ask[0] for ask in asks]
         if len(set(sizes)) != 1:
             raise ValueError(f"iris: tracing.enable(max_events=...) must match on every rank, got {sizes}")
-        short = [(rank, need, free) for rank, (_, need, free) in enumerate(asks) if need > free]
+        periods = [ask[3] for ask in asks]
+        if len(set(periods)) != 1:
+            raise ValueError(
+                f"iris: tracing.enable(sample=...) must match on every rank, got periods {periods}"
+            )
+        short = [(rank, need, free) for rank, (_, need, free, _) in enumerate(asks) if need > free]
         if short:
             rank, need, free = short[0]
             raise MemoryError(
@@ -92,7 +124,8 @@ class Tracing:
         self.max_events = max_events
         self.reset()
         self._sync_enable = self._sync_clocks()
-        self._write_slots(enabled=1)
+        self.sample_period = period
+        self._write_slots(enabled=period)
         self.enabled = True
         self._runs += 1
 
@@ -331,5 +364,6 @@ class Tracing:
             command=" ".join(sys.argv),
             clock_domain=ctx.backend.clock_domain(ctx.get_device()),
             run=self.run,
+            sample_period=self.sample_period,
             torch=self._torch_profile,
         )

@@ -88,6 +88,12 @@ def run(trace, checks: tuple[str, ...] | None = None) -> list[Finding]:
     unknown = [name for name in chosen if name not in CHECKS]
     if unknown:
         raise ValueError(f"unknown check(s) {', '.join(unknown)}; the checks are {', '.join(CHECKS)}")
+    if getattr(trace, "sample_period", 1) > 1:
+        # A raise by a program that was not sampled is missing: every count would be short.
+        raise ValueError(
+            f"the trace recorded one program in {trace.sample_period} (enable(sample=...)); the protocol "
+            "checks need every program's ops: trace the run again without sample="
+        )
     events = trace.events
     releaser = match_releasers(events)
     origin = int(events["start_ns"].min()) if len(events) else 0

@@ -108,6 +108,12 @@ def compare(trace_a, trace_b, threshold: float = 0.10, min_ns: int = 1000) -> Di
             f"the runs have {trace_a.world_size} and {trace_b.world_size} ranks: ranks present in one only "
             "compare with nothing"
         )
+    periods = (getattr(trace_a, "sample_period", 1), getattr(trace_b, "sample_period", 1))
+    if periods != (1, 1):
+        result.notes.append(
+            f"run A recorded one program in {periods[0]} and run B one in {periods[1]} (enable(sample=...)): "
+            "event counts, bytes and totals compare what was recorded, not what ran"
+        )
     if getattr(trace_a, "emulated", False) or getattr(trace_b, "emulated", False):
         result.notes.append(
             "an emulated run times Triton's interpreter, not a GPU: its differences say little"

@@ -10,7 +10,7 @@ from test_exports import make_events
 
 import iris
 from iris.host.tracing.core import sample_period
-from iris_trace import Trace, analyze_trace, schema
+from iris_trace import Trace, analyze_trace, check, diff, schema
 from iris_trace.sampling import estimate_totals
 from iris_trace.trace import RankTrace, TraceFileError
 
@@ -88,3 +88,13 @@ def test_a_rank_file_keeps_its_period_and_refuses_an_impossible_one(sampled, tmp
     with pytest.raises(TraceFileError, match="sample_period 0 is not a period"):
         RankTrace.load(str(tmp_path / "bad.npz"))
     rank.sample_period = PERIOD
+
+
+def test_protocol_checks_refuse_a_sampled_trace_in_one_line(sampled):
+    with pytest.raises(ValueError, match="recorded one program in 4 .* need every program's ops"):
+        check.run(sampled)
+
+
+def test_a_diff_with_a_sampled_run_says_its_counts_are_of_what_was_recorded(sampled):
+    notes = diff.compare(sampled, sampled).notes
+    assert any("run A recorded one program in 4 and run B one in 4" in note for note in notes), notes

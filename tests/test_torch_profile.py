@@ -128,8 +128,13 @@ def _profiled_body(rank, world_size, directory):
                 put_block[(1,)](buf, rank, world_size, ctx.get_heap_bases())
             torch.ones(8).add_(1)
         assert any(e.key == "step" for e in prof.key_averages())  # the profiler, as usual
+        with pytest.raises(RuntimeError, match="previous .* profile has not been collected"):
+            with ctx.tracing.torch_profiler(activities=ACTIVITIES):
+                pass
         ctx.barrier()
         ctx.tracing.export(directory)
+        with ctx.tracing.torch_profiler(activities=ACTIVITIES):  # collected: a new one may replace it
+            pass
 
 
 @pytest.fixture(scope="module")

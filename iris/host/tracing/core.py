@@ -70,8 +70,10 @@ class Tracing:
         self._sync_enable: np.ndarray | None = None
         #: One program in this many records (:meth:`enable`'s ``sample``); 1: every program.
         self.sample_period = 1
-        #: What :meth:`torch_profiler` last recorded (kept for the next export).
+        #: What :meth:`torch_profiler` last recorded (kept for the next export), and whether
+        #: a collect has carried it (a second profile may then replace it).
         self._torch_profile = None
+        self._torch_profile_collected = False
         #: Enables so far: with the context's session, the id of the current run (``run``).
         self._runs = 0
         self._sync_rounds = 16 if ctx.backend.interpreted else 200
@@ -175,7 +177,8 @@ class Tracing:
         the profile: in the merged Perfetto trace each rank's host threads and CUDA streams
         (cuBLAS, NCCL and Iris kernels alike) sit under that rank beside its SMs, on one
         clock, with an arrow from each launch to its kernel. Not collective; tracing must
-        be enabled; :meth:`enable` and :meth:`reset` forget the profile.
+        be enabled; :meth:`enable` and :meth:`reset` forget the profile. A second profile
+        before the first was collected is refused (it would replace it).
 
         Example:
             >>> from torch.profiler import ProfilerActivity
@@ -350,6 +353,7 @@ class Tracing:
 
     def _rank_trace(self, sync_collect: np.ndarray) -> RankTrace:
         ctx = self._ctx
+        self._torch_profile_collected = True
         return RankTrace(
             rank=ctx.cur_rank,
             world_size=ctx.num_ranks,

@@ -34,6 +34,11 @@ def profile(tracing, **profiler_options):
     collective: each rank profiles what it runs. See :meth:`iris.host.tracing.core.Tracing.torch_profiler`.
     """
     tracing._require_buffers()
+    if tracing._torch_profile is not None and not tracing._torch_profile_collected:
+        raise RuntimeError(
+            "iris: this rank's previous ctx.tracing.torch_profiler() profile has not been collected: "
+            "call ctx.tracing.collect() or export() first (or reset() to drop it), so nothing is lost"
+        )
     refused = [name for name in _REFUSED if profiler_options.get(name) is not None]
     if refused:
         raise ValueError(
@@ -49,6 +54,7 @@ def profile(tracing, **profiler_options):
         yield profiler
         _mark(ctx, stamps, MARKERS_PER_END)
     tracing._torch_profile = TorchProfile.from_kineto(_chrome_trace(profiler), stamps.cpu().numpy())
+    tracing._torch_profile_collected = False
 
 
 def _mark(ctx, stamps: torch.Tensor, first: int) -> None:

@@ -14,6 +14,7 @@ from torch.profiler import ProfilerActivity, record_function
 
 import iris
 from iris_trace import schema
+from iris_trace.export.chrome import write_chrome_json
 from iris_trace.export.perfetto import write_perfetto
 from iris_trace.plot_profile import profile_timeline
 from iris_trace.torch_profile import (
@@ -230,3 +231,17 @@ def test_the_picture_of_one_timeline_is_drawn_and_needs_a_profile(profiled, tmp_
         rank.torch = None
     with pytest.raises(ValueError, match="holds no PyTorch profile"):
         profile_timeline(trace, str(tmp_path / "none.png"))
+
+
+def test_the_chrome_json_export_carries_the_profile_too(profiled, tmp_path):
+    trace = _trace(profiled)
+    written = write_chrome_json(trace, str(tmp_path / "t.json"))
+    document = json.loads((tmp_path / "t.json").read_text())
+    threads = {(e["pid"], e["args"]["name"]) for e in document["traceEvents"] if e["name"] == "thread_name"}
+    for rank in range(trace.world_size):
+        assert any(pid == rank and name.startswith("host · ") for pid, name in threads), threads
+    torch_slices = [e for e in document["traceEvents"] if e.get("cat") == "torch"]
+    assert len(torch_slices) == written["torch_slices"] and all(e["tid"] < 0 for e in torch_slices)
+    assert all(float(e["ts"]) >= 0 for e in document["traceEvents"] if "ts" in e)
+    steps = [e for e in torch_slices if e["name"] == "step"]
+    assert len(steps) >= trace.world_size

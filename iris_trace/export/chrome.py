@@ -4,7 +4,10 @@
 lanes as in ``iris_trace.events.lane_name``), named by metadata events; timestamps
 are microseconds with nanosecond decimals; every wait with a known releaser gets a
 flow (``s`` on the releasing op, ``f`` bound to the wait); ``metadata`` carries the
-same run facts as the Perfetto export.
+same run facts as the Perfetto export. A rank's PyTorch profile
+(``ctx.tracing.torch_profiler()``) adds its host threads and CUDA streams as threads with
+negative ids (listed above the SMs), its slices (category ``torch``) and an arrow from each
+launch to its kernel.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ def write_chrome_json(trace: Trace, path: str, chunk_events: int = 1 << 18, prog
         {'slices': 120000, 'flows': 400}
     """
     events = trace.events
-    base = int(events["start_ns"].min()) if len(events) else 0
+    profiles = [(r, found) for r in range(trace.world_size) if (found := trace.torch_events(r)) is not None]
+    starts = [int(events["start_ns"].min())] if len(events) else []
+    starts += [int(start.min()) for _, (_, start, _) in profiles if len(start)]
+    base = min(starts, default=0)
     tids = events["cu_id"].astype(np.int64) * LANES_PER_SM + trace.lanes
     releasers = trace.releasers
     waits = np.flatnonzero(releasers >= 0)
@@ -48,6 +54,11 @@ def write_chrome_json(trace: Trace, path: str, chunk_events: int = 1 << 18, prog
                 progress(hi - lo)
         if len(waits):
             f.write(",\n" + ",\n".join(_flows(events, tids, releasers, waits, base)))
+        launches = 0
+        for rank, (profile, start, end) in profiles:
+            lines, flows = _torch_lines(rank, profile, start, end, base, len(waits) + launches + 1)
+            launches += flows
+            f.write("".join(",\n" + line for line in lines))
         times, ranks, values = counter_rows(trace, events, base)
         counters = (
             f'{{"ph": "C", "name": "bytes moved", "pid": {rank}, "ts": {ts}, '
@@ -56,7 +67,42 @@ def write_chrome_json(trace: Trace, path: str, chunk_events: int = 1 << 18, prog
         )
         f.write("".join(",\n" + line for line in counters))
         f.write("\n]}\n")
-    return {"slices": len(events), "flows": len(waits)}
+    written = {"slices": len(events), "flows": len(waits)}
+    if profiles:
+        written["torch_slices"] = sum(len(profile.events) for _, (profile, _, _) in profiles)
+        written["torch_flows"] = launches
+    return written
+
+
+def _torch_lines(rank: int, profile, start, end, base: int, first_flow: int) -> tuple[list[str], int]:
+    # A rank's PyTorch profile: its tracks as threads with negative ids (above the SMs), its
+    # slices, and an arrow from each launch to its kernel; returns the lines and the arrows.
+    lines = []
+    for index, name in enumerate(profile.tracks):
+        tid = -(len(profile.tracks) - index)
+        lines.append(
+            json.dumps({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": name}})
+        )
+        lines.append(
+            json.dumps(
+                {"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid, "args": {"sort_index": tid}}
+            )
+        )
+    tids = profile.events["track"].astype(np.int64) - len(profile.tracks)
+    names = [json.dumps(name) for name in profile.names]
+    for i, (ts, dur) in enumerate(zip(_us(start - base), _us(np.maximum(end - start, 0)))):
+        lines.append(
+            f'{{"ph": "X", "cat": "torch", "name": {names[profile.events["name"][i]]}, "pid": {rank}, '
+            f'"tid": {tids[i]}, "ts": {ts}, "dur": {dur}}}'
+        )
+    launch, activity = profile.launches()
+    for flow, (a, b) in enumerate(zip(launch.tolist(), activity.tolist()), first_flow):
+        for phase, row, bind in (("s", a, ""), ("f", b, ', "bp": "e"')):
+            lines.append(
+                f'{{"ph": "{phase}"{bind}, "cat": "launch", "name": "launch", "id": {flow}, "pid": {rank}, '
+                f'"tid": {tids[row]}, "ts": {_us(np.array([start[row] - base]))[0]}}}'
+            )
+    return lines, len(launch)
 
 
 def _us(ns: np.ndarray) -> list[str]:

@@ -261,9 +261,8 @@ class TorchProfile:
                 raise ProfileError(f"{path}: a profile event names a string the file does not hold")
             if events["track"].min() < 0 or events["track"].max() >= len(tracks):
                 raise ProfileError(f"{path}: a profile event is on a track the file does not hold")
-            if events["dur_ns"].min() < 0 or np.abs(events["start_ns"]).max() >= 1 << 62:
-                raise ProfileError(f"{path}: a profile event's time is beyond any clock's range")
-            if events["dur_ns"].max() >= 1 << 62:
+            durations = events["dur_ns"]
+            if durations.min() < 0 or max(np.abs(events["start_ns"]).max(), durations.max()) >= 1 << 62:
                 raise ProfileError(f"{path}: a profile event's time is beyond any clock's range")
         if np.abs(anchors.astype(np.int64)).max() >= 1 << 62 or not set(anchors[:, 3].tolist()) <= {0, 1}:
             raise ProfileError(f"{path}: a clock marker is beyond any clock's range")

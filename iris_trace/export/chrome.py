@@ -19,7 +19,7 @@ import numpy as np
 from .. import files
 from ..events import event_name, lane_name
 from ..trace import Trace
-from .common import ARGS, WAIT_ARGS, counter_rows, trace_metadata, wait_split
+from .common import ARGS, WAIT_ARGS, counter_rows, profiles_and_base, trace_metadata, wait_split
 
 LANES_PER_SM = 64
 
@@ -32,10 +32,7 @@ def write_chrome_json(trace: Trace, path: str, chunk_events: int = 1 << 18, prog
         {'slices': 120000, 'flows': 400}
     """
     events = trace.events
-    profiles = [(r, found) for r in range(trace.world_size) if (found := trace.torch_events(r)) is not None]
-    starts = [int(events["start_ns"].min())] if len(events) else []
-    starts += [int(start.min()) for _, (_, start, _) in profiles if len(start)]
-    base = min(starts, default=0)
+    profiles, base = profiles_and_base(trace)
     tids = events["cu_id"].astype(np.int64) * LANES_PER_SM + trace.lanes
     releasers = trace.releasers
     waits = np.flatnonzero(releasers >= 0)

@@ -35,6 +35,22 @@ COUNTER_BINS = 1000
 COUNTER_SLICE_EVENTS = 1 << 16
 
 
+def profiles_and_base(trace: Trace) -> tuple[list, int]:
+    """Each profiled rank's ``(rank, Trace.torch_events(rank))``, and the time the export counts from.
+
+    The base is the earliest start of an Iris event or a profiler slice, so no timestamp
+    of either goes below zero.
+
+    Example:
+        >>> profiles, base = profiles_and_base(trace)
+    """
+    events = trace.events
+    profiles = [(r, found) for r in range(trace.world_size) if (found := trace.torch_events(r)) is not None]
+    starts = [int(events["start_ns"].min())] if len(events) else []
+    starts += [int(start.min()) for _, (_, start, _) in profiles if len(start)]
+    return profiles, min(starts, default=0)
+
+
 def trace_metadata(trace: Trace, base: int) -> dict:
     """What every export records about the run, as one JSON-able dict.
 

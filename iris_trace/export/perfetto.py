@@ -38,7 +38,7 @@ from ..events import EVENT_NAMES, SCOPE_BASE, event_name, lane_name
 from ..lanes import stable_order
 from ..trace import Trace
 from . import wire
-from .common import ARGS, WAIT_ARGS, counter_rows, trace_metadata, wait_split
+from .common import ARGS, WAIT_ARGS, counter_rows, profiles_and_base, trace_metadata, wait_split
 
 SEQUENCE_ID = 1
 #: The PyTorch profiler's slices: names inline, no interned state.
@@ -84,10 +84,7 @@ def write_perfetto(trace: Trace, path: str, chunk_events: int = 1 << 20, progres
         {'slices': 120000, 'flows': 400, 'tracks': 70, ...}
     """
     events = trace.events
-    profiles = [(r, found) for r in range(trace.world_size) if (found := trace.torch_events(r)) is not None]
-    starts = [int(events["start_ns"].min())] if len(events) else []
-    starts += [int(start.min()) for _, (_, start, _) in profiles if len(start)]
-    base = min(starts, default=0)
+    profiles, base = profiles_and_base(trace)
     lanes = trace.lanes
     waits = np.flatnonzero(trace.releasers >= 0)
     sources = trace.releasers[waits]

@@ -6,8 +6,12 @@ multi-rank tests run at; on a 2-GPU machine use ``1,2``, or keep ``1,2,4`` with
 not every size (planted hangs, examples, whole traced runs) run at the smallest
 multi-rank size listed, :data:`SMALL_WORLD`, and are skipped when none is.
 
-``IRIS_TEST_RANKS_PER_NODE=k`` starts every rank with ``IRIS_RANKS_PER_NODE=k``: the
-same tests then cross "nodes" of k ranks (the cross-node path, ``docs/scale_out.md``).
+Under emulation, the suites of :data:`CROSS_NODE_SUITES` also run their multi-rank tests
+at four ranks as two "nodes" of two (:data:`CROSS_NODE`, test ids ``4ranks_2nodes``): each
+kernel then reaches one peer through mapped pointers and two through the cross-node path
+(``docs/scale_out.md``). ``IRIS_TEST_RANKS_PER_NODE=k`` instead starts every rank of every
+pool with ``IRIS_RANKS_PER_NODE=k`` (how a GPU pass crosses nodes): all tests cross "nodes"
+of k ranks.
 """
 
 from __future__ import annotations
@@ -29,6 +33,26 @@ SMALL_WORLD = min(MULTI_RANK_SIZES) if MULTI_RANK_SIZES else None
 _pools: dict[tuple, RankPool] = {}
 _PER_NODE = os.environ.get("IRIS_TEST_RANKS_PER_NODE")
 _NODES = {"IRIS_RANKS_PER_NODE": _PER_NODE} if _PER_NODE else {}
+
+#: The suites whose multi-rank tests run across nodes too: every op, atomic, wait, tile
+#: collective, collective, fused op, traced op and planted hang.
+CROSS_NODE_SUITES = frozenset(
+    "test_rma test_atomics test_sync test_tile_collectives test_upstream_api test_tracing "
+    "test_ccl test_ops test_upstream_ops test_hang".split()
+)
+
+
+def _cross_node_layout() -> tuple[int, int] | None:
+    # (ranks, ranks per node); only the emulation backend crosses nodes on one machine.
+    import iris
+
+    if _PER_NODE or 4 not in WORLD_SIZES or iris.BACKEND != "emulated":
+        return None
+    return (4, 2)
+
+
+#: Four ranks as two nodes of two, or None where the suites do not cross nodes.
+CROSS_NODE = _cross_node_layout()
 
 
 def get_pool(world_size: int, **extra_env: str) -> RankPool:
@@ -56,15 +80,45 @@ def pytest_sessionfinish(session, exitstatus):
         remove_stderr_folders()
 
 
-@pytest.fixture(params=WORLD_SIZES, ids=lambda n: f"{n}ranks")
+def layout_pool(layout: tuple[int, int | None], **extra_env: str) -> RankPool:
+    """:func:`get_pool` for a ``(world_size, ranks_per_node)`` layout (None: one node)."""
+    world_size, per_node = layout
+    return get_pool(world_size, **({"IRIS_RANKS_PER_NODE": str(per_node)} if per_node else {}), **extra_env)
+
+
+def layouts(sizes: list[int], module_name: str) -> list[tuple[int, int | None]]:
+    """The layouts a test of ``module_name`` runs at: ``sizes`` on one node, and :data:`CROSS_NODE`."""
+    found = [(n, None) for n in sizes]
+    if CROSS_NODE and module_name in CROSS_NODE_SUITES and CROSS_NODE[0] in sizes:
+        found.append(CROSS_NODE)
+    return found
+
+
+def layout_id(layout) -> str:
+    if layout is None:
+        return "noranks"
+    world_size, per_node = layout
+    return f"{world_size}ranks" + (f"_{world_size // per_node}nodes" if per_node else "")
+
+
+def pytest_generate_tests(metafunc):
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if "world" in metafunc.fixturenames:
+        metafunc.parametrize("world", layouts(WORLD_SIZES, module), indirect=True, ids=layout_id)
+    if "multi_world" in metafunc.fixturenames:
+        found = layouts(MULTI_RANK_SIZES, module) or [None]
+        metafunc.parametrize("multi_world", found, indirect=True, ids=layout_id)
+
+
+@pytest.fixture
 def world(request) -> RankPool:
-    """Runs a test at every world size in ``IRIS_TEST_WORLD_SIZES``."""
-    return get_pool(request.param)
+    """Runs a test at every world size in ``IRIS_TEST_WORLD_SIZES`` (and across nodes: :data:`CROSS_NODE`)."""
+    return layout_pool(request.param)
 
 
-@pytest.fixture(params=MULTI_RANK_SIZES or [None], ids=lambda n: f"{n}ranks")
+@pytest.fixture
 def multi_world(request) -> RankPool:
-    """Runs a test at every world size above one."""
+    """Runs a test at every world size above one (and across nodes: :data:`CROSS_NODE`)."""
     if request.param is None:
         pytest.skip("IRIS_TEST_WORLD_SIZES has no world size above 1")
-    return get_pool(request.param)
+    return layout_pool(request.param)

@@ -22,7 +22,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from conftest import get_pool, small_world_pool
+from conftest import CROSS_NODE, SMALL_WORLD, get_pool, layout_id, layout_pool
 from harness import RankError
 
 import iris
@@ -50,11 +50,18 @@ def sync_ops_kernel(buf, flag, cur_rank, world_size, heap_bases):
     iris.wait_until(flag, "ge", 5, heap_bases=heap_bases)
 
 
-def _hang_pool(tag: str, **env: str):
+#: The planted hangs run at the smallest multi-rank size, and across nodes (``conftest.CROSS_NODE``).
+HANG_LAYOUTS = ([(SMALL_WORLD, None)] + ([CROSS_NODE] if CROSS_NODE else [])) if SMALL_WORLD else [None]
+across_layouts = pytest.mark.parametrize("layout", HANG_LAYOUTS, ids=layout_id)
+
+
+def _hang_pool(tag: str, layout=(SMALL_WORLD, None), **env: str):
+    if layout is None or SMALL_WORLD is None:
+        pytest.skip("IRIS_TEST_WORLD_SIZES has no world size above 1")
     directory = tempfile.mkdtemp(prefix=f"iris-hang-{tag}-")
     atexit.register(shutil.rmtree, directory, True)  # the dead ranks' flight files and dumps
-    pool = small_world_pool(
-        IRIS_WAIT_TIMEOUT=str(TIMEOUT_S), IRIS_HANG_DIR=directory, IRIS_TEST_POOL=tag, **env
+    pool = layout_pool(
+        layout, IRIS_WAIT_TIMEOUT=str(TIMEOUT_S), IRIS_HANG_DIR=directory, IRIS_TEST_POOL=tag, **env
     )
     return pool, directory
 
@@ -86,8 +93,9 @@ def _unsignalled_body(rank, world_size):
     return message, elapsed, session, ctx.heap.offset_of(flag) if not ctx.heap._closed else None
 
 
-def test_a_wait_nobody_signals_ends_within_the_timeout_naming_the_culprit():
-    pool, directory = _hang_pool("deadlock")
+@across_layouts
+def test_a_wait_nobody_signals_ends_within_the_timeout_naming_the_culprit(layout):
+    pool, directory = _hang_pool("deadlock", layout)
     try:
         results = pool.run(_unsignalled_body, timeout=120)
     finally:
@@ -126,8 +134,9 @@ def _exit_early_body(rank, world_size, out_pattern):
     return None
 
 
-def test_a_rank_that_exits_early_is_named_by_the_others(tmp_path):
-    pool, _ = _hang_pool("exit-early")
+@across_layouts
+def test_a_rank_that_exits_early_is_named_by_the_others(tmp_path, layout):
+    pool, _ = _hang_pool("exit-early", layout)
     out_pattern = str(tmp_path / "rank{rank}.txt")
     with pytest.raises(RankError, match="rank 1 died"):
         pool.run(_exit_early_body, out_pattern, timeout=120)
@@ -163,8 +172,9 @@ def _mismatched_body(rank, world_size):
     return message
 
 
-def test_mismatched_collective_calls_name_the_rank_that_called_fewer():
-    pool, _ = _hang_pool("deadlock")
+@across_layouts
+def test_mismatched_collective_calls_name_the_rank_that_called_fewer(layout):
+    pool, _ = _hang_pool("deadlock", layout)
     try:
         message = pool.run(_mismatched_body, timeout=120)[0]
     finally:
@@ -184,10 +194,11 @@ def _missing_rank_body(rank, world_size, sleep_s):
     return str(info.value), time.monotonic() - started
 
 
-def test_a_rank_that_never_arrives_fails_the_host_side_within_the_host_timeout():
+@across_layouts
+def test_a_rank_that_never_arrives_fails_the_host_side_within_the_host_timeout(layout):
     # The timeout bounds the pool's own start too (gloo's connect, which took over 2 s once
     # on a loaded 2-core machine): 5 s leaves that room, and rank 1 stays away for 8.
-    pool, _ = _hang_pool("missing", IRIS_HOST_TIMEOUT="5")
+    pool, _ = _hang_pool("missing", layout, IRIS_HOST_TIMEOUT="5")
     try:
         message, took = pool.run(_missing_rank_body, 8.0, timeout=120)[0]
     finally:

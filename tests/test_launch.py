@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch.multiprocessing as mp
-from conftest import SMALL_WORLD, WORLD_SIZES
+from conftest import SMALL_WORLD, WORLD_SIZES, get_pool, small_world_pool
 
 import iris
 from iris import config
@@ -59,27 +59,76 @@ def test_examples_are_numbered_as_documented():
     ]
 
 
-def verify_example(name: str, tmp_path, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run example ``name`` at ``SMALL_WORLD`` ranks (traces go to ``tmp_path``); check it verified itself."""
-    writes_traces = name in ("07_tracing.py", "13_traced_gemm_all_scatter.py", "16_torch_profiler.py")
-    result = run_example(name, SMALL_WORLD, *([str(tmp_path)] if writes_traces else []), env=env)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    assert result.stdout.count(" OK") >= 1
-    return result
+#: The examples that write traces take the folder for them as their argument.
+WRITES_TRACES = ("07_tracing.py", "13_traced_gemm_all_scatter.py", "16_torch_profiler.py")
+
+
+def _run_example_body(rank, world_size, path, argv):
+    # One rank of an example, run as ``__main__`` in a pool's rank process (as ``python
+    # path argv...`` would run it, less the process start): returns what it printed.
+    import contextlib
+    import gc
+    import io
+
+    printed, saved_argv = io.StringIO(), sys.argv
+    namespace = {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__}
+    sys.argv = [path, *argv]
+    sys.path.insert(0, os.path.dirname(path))  # 09-12 import the problem they share
+    try:
+        with open(path) as source, contextlib.redirect_stdout(printed):
+            exec(compile(source.read(), path, "exec"), namespace)
+    except SystemExit as exit_:
+        if exit_.code not in (None, 0):
+            said = printed.getvalue()[-2000:]
+            raise AssertionError(f"exited with {exit_.code!r}; it printed:\n{said}") from None
+    finally:
+        sys.argv = saved_argv
+        sys.path.remove(os.path.dirname(path))
+        # What the example made goes now, heaps included, as at a process's exit: its
+        # globals (a cache of heap tensors, say) outlive the run where Triton keeps its
+        # kernels, and its functions and globals hold each other.
+        namespace.clear()
+        gc.collect()
+    return printed.getvalue()
+
+
+def verify_example(name: str, tmp_path, pool, *argv: str) -> str:
+    """Run example ``name`` on every rank of ``pool`` (traces go to ``tmp_path``); check it verified itself.
+
+    The examples run in the test pools' rank processes rather than under ``python -m
+    iris.run`` (a launch costs seconds of process starts per example; the launcher has
+    tests of its own, and the quick start, example 13, is launched as the README says).
+    """
+    path = os.path.join(ROOT, "examples", name)
+    printed = "".join(
+        pool.run(_run_example_body, path, [str(tmp_path)] if name in WRITES_TRACES else list(argv))
+    )
+    assert printed.count(" OK") >= 1, printed[-2000:]
+    return printed
+
+
+def _check_traces_are_clean(folder) -> None:
+    traces = sorted(str(path) for path in folder.glob("rank*.npz"))
+    if traces:  # the examples' protocols are correct: iris-trace check finds nothing
+        assert iris_trace_main(["check", *traces]) == 0
+
+
+@pytest.mark.parametrize("name", [name for name in EXAMPLES if not name.startswith("13_")])
+def test_example_verifies_itself(name, tmp_path):
+    verify_example(name, tmp_path, small_world_pool())
+    _check_traces_are_clean(tmp_path)
 
 
 @pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
-@pytest.mark.parametrize("name", EXAMPLES)
-def test_example_verifies_itself(name, tmp_path):
-    result = verify_example(name, tmp_path)
-    traces = sorted(str(path) for path in tmp_path.glob("rank*.npz"))
-    if traces:  # the examples' protocols are correct: iris-trace check finds nothing
-        assert iris_trace_main(["check", *traces]) == 0
-    if name.startswith("13_"):  # the quick start leaves what the README lists
-        ranks = [f"rank{r}.npz" for r in range(SMALL_WORLD)]
-        expected = {*ranks, "trace.pftrace", "trace.json", "report.json", "timeline.png"}
-        assert expected <= {p.name for p in tmp_path.iterdir()}, sorted(p.name for p in tmp_path.iterdir())
-        assert "why ranks waited" in result.stdout
+def test_the_quick_start_runs_as_the_readme_says(tmp_path):
+    result = run_example("13_traced_gemm_all_scatter.py", SMALL_WORLD, str(tmp_path))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert "13_traced_gemm_all_scatter OK" in result.stdout
+    _check_traces_are_clean(tmp_path)
+    ranks = [f"rank{r}.npz" for r in range(SMALL_WORLD)]
+    expected = {*ranks, "trace.pftrace", "trace.json", "report.json", "timeline.png"}
+    assert expected <= {p.name for p in tmp_path.iterdir()}, sorted(p.name for p in tmp_path.iterdir())
+    assert "why ranks waited" in result.stdout
 
 
 def _enough_devices(nprocs: int) -> bool:
@@ -91,9 +140,8 @@ def _enough_devices(nprocs: int) -> bool:
 @pytest.mark.skipif(4 not in WORLD_SIZES, reason="IRIS_TEST_WORLD_SIZES does not list 4")
 @pytest.mark.skipif(not _enough_devices(4), reason="needs 4 GPUs, or IRIS_RANKS_PER_GPU to share fewer")
 @pytest.mark.parametrize("name", ["02_all_load.py", "04_atomic_add.py", "06_message_passing.py"])
-def test_example_verifies_itself_on_four_ranks(name):
-    result = run_example(name, 4, *(["20"] if name.startswith("06") else []))
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+def test_example_verifies_itself_on_four_ranks(name, tmp_path):
+    verify_example(name, tmp_path, get_pool(4), *(["20"] if name.startswith("06") else []))
 
 
 def test_run_stops_every_rank_when_one_fails(tmp_path):

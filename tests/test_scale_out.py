@@ -2,8 +2,8 @@
 
 Ranks are grouped into "nodes" with ``IRIS_RANKS_PER_NODE`` (one host acting as
 several), so every test here runs the cross-node path of the emulation backend.
-The whole RMA, atomics and sync suites also run across nodes in CI
-(``IRIS_TEST_RANKS_PER_NODE``, see ``.ci/run``).
+The device-op suites' multi-rank tests also run across nodes, at four ranks as two
+nodes of two (``conftest.CROSS_NODE``).
 """
 
 import os
@@ -255,4 +255,4 @@ CROSS_NODE_EXAMPLES = [name for name in EXAMPLES if not name.startswith(("09_", 
 @pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
 @pytest.mark.parametrize("name", CROSS_NODE_EXAMPLES)
 def test_examples_verify_themselves_across_nodes(name, tmp_path):
-    verify_example(name, tmp_path, env={"IRIS_RANKS_PER_NODE": "1"})
+    verify_example(name, tmp_path, _pool(SMALL_WORLD, 1))

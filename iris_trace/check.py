@@ -19,6 +19,13 @@ whatever the kernel:
     followed by a later release (the next round's signal, a barrier) may be published by
     it, so a protocol that signals too early in every round is found in its last round.
 
+``raised-twice``
+    A flag is set (``iris.signal(..., op="set")``) to the same value twice and no wait on
+    it ends between the two: whoever waits sees one raise where two were sent, so one
+    round's hand-off is lost (the second raise came before the flag was consumed and
+    reset). Adds count every raise and are not judged; neither is a flag no wait in the
+    trace waits on (it may be polled some other way).
+
 Each finding names the check, the ranks, SMs, programs, ops, heap offsets and times
 (microseconds from the trace's first event), and the event indices in the merged trace.
 Waits the library issues for its own protocols (the device barrier, collectives, fused
@@ -38,12 +45,24 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .matching import match_releasers
-from .schema import DATA_EVENTS, DMA_PUT, GET, LOAD, RELEASE_EVENTS, WAIT_EVENTS, WAIT_UNTIL, event_name
+from .schema import (
+    DATA_EVENTS,
+    DMA_PUT,
+    GET,
+    LOAD,
+    RELEASE_EVENTS,
+    SIGNAL,
+    SIGNAL_OPS,
+    WAIT_EVENTS,
+    WAIT_UNTIL,
+    event_name,
+)
 
 #: The checks, by name, with what each finding of it means (``iris-trace check --help`` lists them).
 CHECKS = {
     "stale-flag": "a wait passed on a flag value left from an earlier round (raised again later)",
     "data-after-signal": "data written to a rank after the signal that released its wait, none after",
+    "raised-twice": "a flag set to one value twice with no wait on it ending between: one raise is lost",
 }
 #: Writes of data to another rank's memory (not reads, not the copy engine's, which has no program).
 _WRITES = frozenset(DATA_EVENTS - {LOAD, GET, DMA_PUT})
@@ -102,6 +121,8 @@ def run(trace, checks: tuple[str, ...] | None = None) -> list[Finding]:
         findings += stale_flags(events, origin)
     if "data-after-signal" in chosen:
         findings += data_after_signal(events, releaser, origin)
+    if "raised-twice" in chosen:
+        findings += raised_twice(events, origin)
     return sorted(findings, key=lambda f: int(events["start_ns"][f.events[0]]))
 
 
@@ -195,6 +216,49 @@ def data_after_signal(events: np.ndarray, releaser: np.ndarray, origin: int = 0)
         )
         ranks = (int(write["cur_rank"]), int(write["target_rank"]))
         findings.append(Finding("data-after-signal", message, ranks, (int(index), source, wait)))
+    return findings
+
+
+def raised_twice(events: np.ndarray, origin: int = 0) -> list[Finding]:
+    """``raised-twice`` findings (module docstring): one per flag, its first lost raise.
+
+    Example:
+        >>> raised_twice(trace.events)
+        []
+    """
+    sets = np.flatnonzero((events["event_id"] == SIGNAL) & (events["sub"] == SIGNAL_OPS.index("set")))
+    waits = np.flatnonzero(np.isin(events["event_id"], list(WAIT_EVENTS)))
+    wait_ends: dict[tuple[int, int], list[int]] = {}
+    for index in waits:
+        key = (int(events["cur_rank"][index]), int(events["address"][index]))
+        wait_ends.setdefault(key, []).append(int(events["end_ns"][index]))
+    by_flag: dict[tuple[int, int], list[int]] = {}
+    for index in sets[np.argsort(events["start_ns"][sets], kind="stable")]:
+        key = (int(events["target_rank"][index]), int(events["address"][index]))
+        by_flag.setdefault(key, []).append(int(index))
+    findings = []
+    for (rank, offset), indices in by_flag.items():
+        if (rank, offset) not in wait_ends:
+            continue  # no wait on it in the trace: how it is consumed cannot be seen
+        ends = np.sort(np.asarray(wait_ends[(rank, offset)]))
+        for first, second in zip(indices, indices[1:]):
+            one, two = events[first], events[second]
+            if int(one["value"]) != int(two["value"]):
+                continue  # a new value each round (an epoch): both are seen
+            begun, again = int(one["start_ns"]), int(two["start_ns"])
+            if np.searchsorted(ends, again, side="right") > np.searchsorted(ends, begun, side="left"):
+                continue  # a wait ended between them: the first raise was seen
+            raisers = int(one["cur_rank"]), int(two["cur_rank"])
+            message = (
+                f"rank {raisers[0]} {_where(one)} set rank {rank}'s flag at heap offset {offset:#x} to "
+                f"{int(one['value'])} at {_us(begun, origin)}, and rank {raisers[1]} {_where(two)} set it "
+                f"to {int(two['value'])} again at {_us(again, origin)} with no wait on it ending between: "
+                "the waiter sees one raise for two, so one hand-off is lost; wait for the flag to be "
+                "consumed before raising it again, advance the value each round, or add"
+            )
+            ranks = tuple(dict.fromkeys((*raisers, rank)))
+            findings.append(Finding("raised-twice", message, ranks, (first, second)))
+            break
     return findings
 
 

@@ -19,6 +19,7 @@ from .schema import (  # noqa: F401
     IDENT_CUR_RANK_SHIFT,
     IDENT_EVENT_BITS,
     IDENT_PATH_SHIFT,
+    IDENT_SUB_SHIFT,
     IDENT_TARGET_SHIFT,
     NO_RANK,
     RECORD_WORDS,
@@ -46,6 +47,7 @@ EVENT_DTYPE = np.dtype(
         ("cu_id", np.int16),
         ("xcc_id", np.int16),
         ("path", np.int8),
+        ("sub", np.int8),
         ("pid", np.int32),
         ("pid_m", np.int32),
         ("pid_n", np.int32),
@@ -122,7 +124,8 @@ def decode_records(
     target = (ident >> IDENT_TARGET_SHIFT) & 0xFFFF
     events["target_rank"] = np.where(target == NO_RANK, -1, target)
     events["cu_id"] = (ident >> IDENT_CU_SHIFT) & 0xFFFF
-    events["path"] = (ident >> IDENT_PATH_SHIFT) & 0xFF
+    events["path"] = (ident >> IDENT_PATH_SHIFT) & 1
+    events["sub"] = (ident >> IDENT_SUB_SHIFT) & 0x7F
     events["xcc_id"] = 0  # Hopper has no XCC: kept for the format (AMD Iris traces have one)
     events["pid"] = where & 0xFFFFFFFF
     events["op_index"] = where >> WHERE_OP_INDEX_SHIFT

@@ -14,8 +14,9 @@ own names), and ``SCOPE_BASE + s`` the user's compute scope ``s``.
 
     0 start_ns   1 end_ns   2 address (heap offset: the flag, or a block's first element)
     3 payload_bytes
-    4 event_id | cur_rank << 8 | target_rank << 24 | cu_id << 40 | path << 56
-                                    (target_rank EVERY_PEER: one record for every other rank)
+    4 event_id | cur_rank << 8 | target_rank << 24 | cu_id << 40 | path << 56 | sub << 57
+                                    (target_rank EVERY_PEER: one record for every other rank;
+                                    sub: a signal's set 0 or add 1, see SIGNAL_OPS)
     5 pid | op_index << 32          (op_index: the record's slot in its buffer region)
     6 pid_m | pid_n << 32           (tile coordinates, -1 when not given)
     7 value                         (flag value waited for or signalled, else 0)
@@ -158,6 +159,11 @@ IDENT_EVENT_BITS = 8
 IDENT_CUR_RANK_SHIFT, IDENT_TARGET_SHIFT, IDENT_CU_SHIFT = 8, 24, 40
 IDENT_RANK_BITS = IDENT_CU_BITS = 16
 IDENT_PATH_SHIFT = 56
+#: ``sub``, the op's variant, in the ident word's top 7 bits: a signal's index in
+#: :data:`SIGNAL_OPS` (0 for every other op). Rank files written before it have 0 there.
+IDENT_SUB_SHIFT = 57
+#: A signal's ops by their ``sub`` (in trace records and flight entries).
+SIGNAL_OPS = ("set", "add")
 #: ``path``: how an op reached its target rank, a mapped pointer (same node) or the
 #: cross-node path (NVSHMEM; ``iris.device.crossnode``).
 PATH_MAPPED, PATH_CROSS_NODE = 0, 1

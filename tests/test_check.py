@@ -16,16 +16,24 @@ from iris_trace.cli import main as iris_trace_main
 N = 64
 #: What rank 0 works between the rounds: far longer than rank 1 takes to reach its second wait.
 WORK_NS = tl.constexpr(1_000_000_000)
+#: What rank 1 works before it looks at its flag: long enough for rank 0 to raise it twice.
+BUSY_NS = tl.constexpr(300_000_000)
 pytestmark = pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
 
 
 @triton.jit
-def send_after(data, flag, from_rank, to_rank, heap_bases, DELAY_NS: tl.constexpr, BLOCK: tl.constexpr):
-    """Work ``DELAY_NS`` (a clock spin), put ``BLOCK`` elements of ``data`` to ``to_rank``, raise its flag."""
+def work(DELAY_NS: tl.constexpr):
+    """Work ``DELAY_NS`` (a clock spin)."""
     if DELAY_NS > 0:
         began = read_realtime()
         while read_realtime() - began < DELAY_NS:
             pass
+
+
+@triton.jit
+def send_after(data, flag, from_rank, to_rank, heap_bases, DELAY_NS: tl.constexpr, BLOCK: tl.constexpr):
+    """Work ``DELAY_NS``, put ``BLOCK`` elements of ``data`` to ``to_rank``, raise its flag."""
+    work(DELAY_NS)
     offsets = tl.arange(0, BLOCK)
     iris.put(data + offsets, data + offsets, from_rank, to_rank, heap_bases)
     iris.signal(flag, 1, from_rank, to_rank, heap_bases, op="set")
@@ -66,6 +74,27 @@ def publish_kernel(data, flag, cur_rank, heap_bases, SIGNAL_FIRST: tl.constexpr,
         iris.wait_until(flag, "ge", 1, heap_bases=heap_bases)
 
 
+@triton.jit
+def two_sends_kernel(data, flag, ack, cur_rank, heap_bases, ACK: tl.constexpr, BLOCK: tl.constexpr):
+    # Rank 0 sends two rounds to rank 1, each announced by setting rank 1's flag to 1.
+    # Without ACK it does not wait for rank 1 to take the first round before sending the
+    # second: rank 1, busy for a while, finds the flag set once for both.
+    if cur_rank == 0:
+        send_after(data, flag, 0, 1, heap_bases, 0, BLOCK)
+        if ACK:
+            iris.wait_until(ack, "ge", 1, heap_bases=heap_bases)
+        send_after(data, flag, 0, 1, heap_bases, 0, BLOCK)
+    elif cur_rank == 1:
+        rounds: tl.constexpr = 2 if ACK else 1
+        for step in tl.static_range(rounds):
+            if not ACK:
+                work(BUSY_NS)
+            iris.wait_until(flag, "ge", 1, heap_bases=heap_bases)
+            tl.atomic_xchg(flag, 0, sem="relaxed", scope="sys")
+            if ACK and step == 0:
+                iris.signal(ack, 1, 1, 0, heap_bases, op="set")
+
+
 def _findings(ctx):
     trace = ctx.tracing.collect()
     return None if trace is None else [(f.check, f.ranks, f.message) for f in check.run(trace)]
@@ -79,13 +108,15 @@ def _planted_body(rank, world_size, which, buggy):
         ctx.tracing.enable(max_events=1 << 12)
         if which == "stale-flag":
             two_rounds_kernel[(1,)](data, flag, ack, rank, ctx.get_heap_bases(), RESET=not buggy, BLOCK=N)
+        elif which == "raised-twice":
+            two_sends_kernel[(1,)](data, flag, ack, rank, ctx.get_heap_bases(), ACK=not buggy, BLOCK=N)
         else:
             publish_kernel[(1,)](data, flag, rank, ctx.get_heap_bases(), SIGNAL_FIRST=buggy, BLOCK=N)
         ctx.barrier()
         return _findings(ctx)
 
 
-@pytest.mark.parametrize("which", ["stale-flag", "data-after-signal"])
+@pytest.mark.parametrize("which", list(check.CHECKS))
 def test_each_check_finds_its_planted_mistake(which):
     findings = get_pool(SMALL_WORLD).run(_planted_body, which, True)[0]
     culprits = (1, 0) if which == "stale-flag" else (0, 1)  # (the rank that erred, the other)
@@ -94,10 +125,18 @@ def test_each_check_finds_its_planted_mistake(which):
     assert "heap offset" in message and " us" in message and "SM " in message, message
 
 
-@pytest.mark.parametrize("which", ["stale-flag", "data-after-signal"])
+@pytest.mark.parametrize("which", list(check.CHECKS))
 def test_the_corrected_kernel_is_clean(which):
     findings = get_pool(SMALL_WORLD).run(_planted_body, which, False)[0]
     assert findings == [], "\n".join(message for _, _, message in findings)
+
+
+def test_the_device_spells_a_signals_op_as_the_schema_does():
+    # raised-twice tells sets from adds by the record's sub field (iris_trace.schema.SIGNAL_OPS).
+    from iris.device import flight
+    from iris_trace import schema
+
+    assert [flight.signal_sub(op) for op in schema.SIGNAL_OPS] == list(range(len(schema.SIGNAL_OPS)))
 
 
 def _library_body(rank, world_size):

@@ -143,6 +143,7 @@ def _every_op_body(rank, world_size):
         assert ev[names.index("load")]["payload_bytes"] == 16
         assert ev[names.index("atomic_add")]["payload_bytes"] == 4
         assert ev[names.index("signal")]["value"] == 7
+        assert ev[names.index("signal")]["sub"] == schema.SIGNAL_OPS.index("set")
         assert ev[names.index("wait_until")]["value"] == 7
         assert ev[names.index("wait_until")]["address"] == ctx.heap.offset_of(flag)
         assert ev[names.index("copy")]["target_rank"] == rank

@@ -71,7 +71,7 @@ def _arrive(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases, HALVES: tl.co
             rma.signal(row + cur_rank, 1, cur_rank, peer, plain, op="add", sem="relaxed")
             tracing.write_reserved(
                 heap_bases, (first, region), index, began, tracing.SIGNAL, peer, row + cur_rank, value=1,
-                path=rma.path_between(heap_bases, cur_rank, peer),
+                path=rma.path_between(heap_bases, cur_rank, peer), sub=tracing.SIGNAL_ADD,
             )  # fmt: skip
             index += 1
     return epoch, first, region

@@ -104,7 +104,10 @@ def report_word(name):
 
 @constexpr_function
 def signal_sub(op):
-    return 0 if str(op) == "set" else 1
+    # A signal's op as its index in iris_trace.schema.SIGNAL_OPS (spelled out: a compiled
+    # kernel's cache key cannot take a method of a module's tuple; a test holds them equal).
+    ops = ("set", "add")
+    return ops.index(str(op))
 
 
 @constexpr_function

@@ -366,9 +366,10 @@ def _recorded(
     path,
 ):
     # The one instrumentation hook of an op that synchronises (atomics, signal): its
-    # trace record, which keeps ``traced``, then its flight-recorder entry, which keeps
-    # ``value`` and ``compare`` so a hang report can say what was sent.
-    tracing.end(heap_bases, start, event, to_rank, pointer, mask, traced, pid_m, pid_n, path=path)
+    # trace record, which keeps ``traced`` and ``sub`` (a signal's set or add), then its
+    # flight-recorder entry, which keeps ``value`` and ``compare`` so a hang report can
+    # say what was sent.
+    tracing.end(heap_bases, start, event, to_rank, pointer, mask, traced, pid_m, pid_n, path=path, sub=sub)
     flight.record(heap_bases, event, sub, to_rank, pointer, value, compare, start, mask)
 
 

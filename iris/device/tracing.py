@@ -73,6 +73,10 @@ _CUR_RANK_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_CUR_RANK_SHIFT)
 _TARGET_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_TARGET_SHIFT)
 _CU_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_CU_SHIFT)
 _PATH_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_PATH_SHIFT)
+_SUB_SHIFT: tl.constexpr = tl.constexpr(schema.IDENT_SUB_SHIFT)
+#: A signal's ``sub``: it set the flag, or added to it (``schema.SIGNAL_OPS``).
+SIGNAL_SET: tl.constexpr = tl.constexpr(schema.SIGNAL_OPS.index("set"))
+SIGNAL_ADD: tl.constexpr = tl.constexpr(schema.SIGNAL_OPS.index("add"))
 #: How an op reached its target: a mapped pointer (within a node) or the cross-node path.
 PATH_MAPPED: tl.constexpr = tl.constexpr(schema.PATH_MAPPED)
 PATH_CROSS_NODE: tl.constexpr = tl.constexpr(schema.PATH_CROSS_NODE)
@@ -245,12 +249,14 @@ def end(
     pid_n=-1,
     path=0,
     stop=None,
+    sub: tl.constexpr = 0,
 ):
     """Record one event that began at ``start`` from :func:`begin` (nothing when compiled out,
     when ``start`` is -1 because tracing was disabled, or when ``mask`` leaves no lane of
     a block op active). ``path`` says how the op reached its target (``PATH_MAPPED`` or
     ``PATH_CROSS_NODE``); the event ends at ``stop`` (default: now), for an event
-    recorded after it ended.
+    recorded after it ended; ``sub`` is the op's variant (``schema.IDENT_SUB_SHIFT``: a
+    signal's set or add).
 
     Example:
         >>> start = tracing.begin(heap_bases)
@@ -259,7 +265,7 @@ def end(
     """
     if compiled_in(heap_bases.dtype):
         if start >= 0:
-            record(heap_bases, start, event, target_rank, ptr, mask, value, pid_m, pid_n, path, stop)
+            record(heap_bases, start, event, target_rank, ptr, mask, value, pid_m, pid_n, path, stop, sub)
 
 
 @triton.jit
@@ -275,6 +281,7 @@ def record(
     pid_n=-1,
     path=0,
     stop=None,
+    sub: tl.constexpr = 0,
 ):
     """:func:`end` for a caller that has checked :func:`compiled_in` and :func:`enabled` itself.
 
@@ -293,7 +300,19 @@ def record(
     if nbytes != 0:
         slots = layout.tracing_slots(heap_bases)
         written = _write(
-            slots, start, stop, event, cur_rank, target_rank, offset, nbytes, value, pid_m, pid_n, path=path
+            slots,
+            start,
+            stop,
+            event,
+            cur_rank,
+            target_rank,
+            offset,
+            nbytes,
+            value,
+            pid_m,
+            pid_n,
+            path=path,
+            sub=sub,
         )
     return written
 
@@ -362,6 +381,7 @@ def _write(
     pid_n,
     lane=-1,
     path=0,
+    sub: tl.constexpr = 0,
 ):
     # ``lane`` >= 0 files the event under that lane id instead of the SM it ran on.
     # Returns the record's index in the buffer (-1: the region was full, the event
@@ -369,7 +389,7 @@ def _write(
     sm, region, capacity, counters, dropped, records = _region_buffers(slots, stop)
     if lane >= 0:
         sm = lane
-    ident = _ident(event, cur_rank, target_rank, sm, path)
+    ident = _ident(event, cur_rank, target_rank, sm, path, sub)
     where = _where()
     tile = _tile(pid_m, pid_n)
     tl.static_assert(
@@ -456,15 +476,16 @@ def stash_new(heap_bases, CAPACITY: tl.constexpr):
 @triton.jit
 def stash(
     heap_bases, held, count, start, event: tl.constexpr, target_rank, address=None, nbytes=None,
-    value=0, pid_m=-1, pid_n=-1, path=0, stop=None,
+    value=0, pid_m=-1, pid_n=-1, path=0, stop=None, sub: tl.constexpr = 0,
 ):  # fmt: skip
     """Keep an event that began at ``start`` (:func:`begin`) in the stash; returns ``(held, count)``.
 
     The record is the one :func:`end` would write: ``address`` (a pointer; None for a
     compute scope, recorded as offset -1) names the heap offset, ``nbytes`` defaults to
     one element of ``address`` (0 without one), the event ends at ``stop`` (default:
-    now). Make room first (:func:`stash_room`): an event stashed into a full stash is
-    lost. Nothing when compiled out or when ``start`` is -1.
+    now), ``sub`` is the op's variant (:func:`end`). Make room first (:func:`stash_room`):
+    an event stashed into a full stash is lost. Nothing when compiled out or when
+    ``start`` is -1.
 
     Example:
         >>> held, count = tracing.stash(heap_bases, held, count, began, tracing.WAIT_UNTIL, rank,
@@ -473,7 +494,7 @@ def stash(
     if compiled_in(heap_bases.dtype):
         if start >= 0:
             ended, offset, size, ident = _event_words(
-                heap_bases, event, target_rank, address, nbytes, path, stop
+                heap_bases, event, target_rank, address, nbytes, path, stop, sub
             )
             tile = _tile(pid_m, pid_n)
             where = _where()
@@ -492,7 +513,9 @@ def stash(
 
 
 @triton.jit
-def _event_words(heap_bases, event: tl.constexpr, target_rank, address, nbytes, path, stop):
+def _event_words(
+    heap_bases, event: tl.constexpr, target_rank, address, nbytes, path, stop, sub: tl.constexpr
+):
     # A stashed or reserved record's end (``stop``, default now), heap offset and bytes
     # (``address`` None: a compute scope, offset -1 and 0 bytes; ``nbytes`` defaults to
     # one element of ``address``) and identity word.
@@ -509,7 +532,7 @@ def _event_words(heap_bases, event: tl.constexpr, target_rank, address, nbytes, 
         size = tl.full([], blocks.element_bytes(address.type), tl.int64)
     if nbytes is not None:
         size = tl.cast(nbytes, tl.int64)
-    return ended, offset, size, _ident(event, cur_rank, target_rank, hw.sm_id(), path)
+    return ended, offset, size, _ident(event, cur_rank, target_rank, hw.sm_id(), path, sub)
 
 
 @triton.jit
@@ -561,7 +584,7 @@ def reserve_if_recording(heap_bases, count):
 @triton.jit
 def write_reserved(
     heap_bases, reservation, index, start, event: tl.constexpr, target_rank, address=None, nbytes=None,
-    value=0, pid_m=-1, pid_n=-1, path=0, stop=None,
+    value=0, pid_m=-1, pid_n=-1, path=0, stop=None, sub: tl.constexpr = 0,
 ):  # fmt: skip
     """Write an event that began at ``start`` into slot ``index`` of a :func:`reserve` reservation.
 
@@ -576,7 +599,7 @@ def write_reserved(
     if compiled_in(heap_bases.dtype):
         if start >= 0:
             ended, offset, size, ident = _event_words(
-                heap_bases, event, target_rank, address, nbytes, path, stop
+                heap_bases, event, target_rank, address, nbytes, path, stop, sub
             )
             first, region = reservation
             slots = layout.tracing_slots(heap_bases)
@@ -645,10 +668,11 @@ def stash_write(heap_bases, held, count):
 
 
 @triton.jit
-def _ident(event: tl.constexpr, cur_rank, target_rank, sm, path):
+def _ident(event: tl.constexpr, cur_rank, target_rank, sm, path, sub: tl.constexpr):
     # The record's identity word (iris_trace.schema, IDENT_*).
+    EVENT_AND_SUB: tl.constexpr = event | (tl.constexpr(sub) << _SUB_SHIFT)
     return (
-        event
+        EVENT_AND_SUB
         | (cur_rank.to(tl.int64) << _CUR_RANK_SHIFT)
         | ((tl.cast(target_rank, tl.int64) & 0xFFFF) << _TARGET_SHIFT)
         | ((sm.to(tl.int64) & 0xFFFF) << _CU_SHIFT)

@@ -615,7 +615,7 @@ def _produce_unit(
     )  # fmt: skip
     return tracing.stash(
         heap_bases, held, count, signalled, tracing.SIGNAL, cur_rank, flags + unit, None, computed, pid_m,
-        named_n,
+        named_n, sub=tracing.SIGNAL_SET,
     )  # fmt: skip
 
 

@@ -300,20 +300,9 @@ def record(
     if nbytes != 0:
         slots = layout.tracing_slots(heap_bases)
         written = _write(
-            slots,
-            start,
-            stop,
-            event,
-            cur_rank,
-            target_rank,
-            offset,
-            nbytes,
-            value,
-            pid_m,
-            pid_n,
-            path=path,
+            slots, start, stop, event, cur_rank, target_rank, offset, nbytes, value, pid_m, pid_n, path=path,
             sub=sub,
-        )
+        )  # fmt: skip
     return written
 
 

@@ -109,27 +109,21 @@ class RankPool:
             try:
                 conn.send(task)
             except OSError:  # the rank is gone (it may have failed to start): restart the pool next time
-                code = self._procs[rank].exitcode
-                self.close(kill=True)
-                raise RankError(
-                    f"rank {rank} is dead (exit code {code}); {function.__name__} was not run\n"
-                    f"{self._stderr_tail(rank)}"
-                ) from None
+                raise self._lost(rank, f"is dead; {function.__name__} was not run") from None
         results, errors = [], []
         for rank, conn in enumerate(self._conns):
             try:
-                if not conn.poll(timeout):
-                    self.close(kill=True)
-                    raise TimeoutError(f"rank {rank} did not finish {function.__name__} within {timeout:g} s")
-                status, value = conn.recv()
+                finished = conn.poll(timeout)
+                if finished:
+                    status, value = conn.recv()
             except (EOFError, OSError):
-                self._procs[rank].join(timeout=5)
-                code = self._procs[rank].exitcode
+                raise self._lost(rank, f"died while running {function.__name__}") from None
+            if not finished:  # the ranks before it may have failed first: their errors come along
                 self.close(kill=True)
-                raise RankError(
-                    f"rank {rank} died while running {function.__name__} (exit code {code})\n"
-                    f"{self._stderr_tail(rank)}"
-                ) from None
+                said = "".join(f"\n{error}" for error in errors)
+                raise TimeoutError(
+                    f"rank {rank} did not finish {function.__name__} within {timeout:g} s{said}"
+                )
             if status == "ok":
                 results.append(value)
             else:
@@ -137,6 +131,14 @@ class RankPool:
         if errors:
             raise RankError("\n".join(errors))
         return results
+
+    def _lost(self, rank: int, what_happened: str) -> RankError:
+        # Rank ``rank`` is gone: the pool is killed (a new one starts for the next test) and
+        # the error says how the rank ended and what it wrote last.
+        self._procs[rank].join(timeout=5)
+        code = self._procs[rank].exitcode
+        self.close(kill=True)
+        return RankError(f"rank {rank} {what_happened} (exit code {code})\n{self._stderr_tail(rank)}")
 
     def _hang_dir(self) -> dict:
         # Flight files and hang dumps go with the ranks' stderr (removed with it after a

@@ -17,7 +17,7 @@ N = 64
 #: What rank 0 works between the rounds: far longer than rank 1 takes to reach its second wait.
 WORK_NS = tl.constexpr(1_000_000_000)
 #: What rank 1 works before it looks at its flag: long enough for rank 0 to raise it twice.
-BUSY_NS = tl.constexpr(300_000_000)
+BUSY_NS = tl.constexpr(1_000_000_000)
 pytestmark = pytest.mark.skipif(SMALL_WORLD is None, reason="IRIS_TEST_WORLD_SIZES has no world size above 1")
 
 

@@ -56,6 +56,7 @@ def test_examples_are_numbered_as_documented():
         "14_copy_engine.py",
         "15_why_ranks_wait.py",
         "16_torch_profiler.py",
+        "17_protocol_checks.py",
     ]
 
 

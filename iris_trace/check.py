@@ -226,21 +226,18 @@ def raised_twice(events: np.ndarray, origin: int = 0) -> list[Finding]:
         >>> raised_twice(trace.events)
         []
     """
-    sets = np.flatnonzero((events["event_id"] == SIGNAL) & (events["sub"] == SIGNAL_OPS.index("set")))
+    is_set = (events["event_id"] == SIGNAL) & (events["sub"] == SIGNAL_OPS.index("set"))
     waits = np.flatnonzero(np.isin(events["event_id"], list(WAIT_EVENTS)))
     wait_ends: dict[tuple[int, int], list[int]] = {}
     for index in waits:
         key = (int(events["cur_rank"][index]), int(events["address"][index]))
         wait_ends.setdefault(key, []).append(int(events["end_ns"][index]))
-    by_flag: dict[tuple[int, int], list[int]] = {}
-    for index in sets[np.argsort(events["start_ns"][sets], kind="stable")]:
-        key = (int(events["target_rank"][index]), int(events["address"][index]))
-        by_flag.setdefault(key, []).append(int(index))
     findings = []
-    for (rank, offset), indices in by_flag.items():
+    for (rank, offset), releases in _releases_by_flag(events).items():
         if (rank, offset) not in wait_ends:
             continue  # no wait on it in the trace: how it is consumed cannot be seen
         ends = np.sort(np.asarray(wait_ends[(rank, offset)]))
+        indices = [int(index) for index in releases if is_set[index]]
         for first, second in zip(indices, indices[1:]):
             one, two = events[first], events[second]
             if int(one["value"]) != int(two["value"]):

@@ -75,6 +75,7 @@ from .intervals import Coverage
 from .matching import COMM, COMPUTE, WAIT, categories, match_releasers, sm_index
 from .sampling import estimate_totals
 from .schema import DMA_CU_BASE, event_name
+from .sites import UNKNOWN
 
 _LENGTH_FIELDS = ("compute_ns", "comm_ns", "wait_ns", "overlap_ns", "stall_ns", "busy_ns", "idle_ns")
 _COUNT_FIELDS = ("compute_events", "comm_events", "wait_events", "bytes_moved")
@@ -89,6 +90,8 @@ STALL_FIELDS = (
     "pid_m",
     "pid_n",
     "op",
+    "site",
+    "launch",
     "address",
     "start_ns",
     "duration_ns",
@@ -109,6 +112,8 @@ SEEN_LATENCY_FIELDS = (
     "releaser_rank", "rank", "waits", "min_ns", "median_ns",
     "slowest_ns", "slowest_address", "slowest_waits", "slowest_is_first",
 )  # fmt: skip
+#: Columns of ``call_sites.csv``: where the time went, by the source line that issued the ops.
+CALL_SITE_FIELDS = ("site", "ops", "events", "launches", "comm_ns", "wait_ns", "compute_ns", "bytes_moved")
 #: What each column of the report means (``iris-trace report --help`` and the table's legend).
 LEGEND = {
     "compute": "time inside compute scopes (trace_begin/trace_end, e.g. GEMM tiles)",
@@ -118,6 +123,8 @@ LEGEND = {
     "stall": "waiting while nothing on the SM computes",
     "idle": "window minus busy (no event at all)",
     "ratio": "HTA overlap ratio: compute during communication or waits / communication or waits",
+    "at": "the traced op's call site: its kernel and source line (iris_trace.sites)",
+    "launches": "how many kernel launches (each rank's its own) the call site's events came from",
     "released by": "the op that set the flag the wait saw (rank, SM, op, start from window start)",
     "release to seen": "wait end minus the release's issue time, for waits already polling then: the "
     "flag's way to the waiter plus one poll (a few us between GPUs over NVLink); a release seen 10 us "
@@ -181,7 +188,11 @@ def _ratio(numerator: int, denominator: int) -> float:
 
 
 #: The files :meth:`Report.to_csv` writes, in its order.
-CSV_FILES = ("per_sm.csv", "per_rank.csv", "top_stalls.csv", "wait_causes.csv", "seen_latency.csv")
+CSV_FILES = (
+    "per_sm.csv", "per_rank.csv", "top_stalls.csv", "wait_causes.csv", "seen_latency.csv", "call_sites.csv",
+)  # fmt: skip
+#: Rows of the by-call-site section of :meth:`Report.format_table` (JSON and CSV have all).
+TABLE_SITE_ROWS = 12
 
 
 @dataclass
@@ -209,6 +220,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
     #: A sampled trace's period and estimated totals per rank (``iris_trace.sampling``); empty if unsampled.
     sampling: dict = field(default_factory=dict)
+    #: Per call site (kernel and source line), its ops' time and bytes, longest first.
+    call_sites: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """Everything as JSON-ready builtins (addresses as ``0x...`` strings).
@@ -231,6 +244,7 @@ class Report:
             "seen_latency": [dict(row) for row in self.seen_latency],
             "critical_path": [_hex_address(row) for row in self.critical_path],
             "sampling": {k: (list(v) if isinstance(v, list) else v) for k, v in self.sampling.items()},
+            "call_sites": [dict(row) for row in self.call_sites],
             "legend": dict(LEGEND),
         }
 
@@ -248,7 +262,8 @@ class Report:
         return text
 
     def to_csv(self, directory: str) -> list[str]:
-        """Write the tables as CSV: per_sm, per_rank, top_stalls, wait_causes, seen_latency (``.csv``).
+        """Write the tables as CSV (:data:`CSV_FILES`: per_sm, per_rank, top_stalls, wait_causes,
+        seen_latency, call_sites).
 
         Returns their paths; None is written as an empty cell, addresses as ``0x...``.
 
@@ -263,6 +278,7 @@ class Report:
             (STALL_FIELDS, [_hex_address(r) for r in self.top_stalls]),
             (WAIT_CAUSE_FIELDS, self.wait_causes),
             (SEEN_LATENCY_FIELDS, self.seen_latency),
+            (CALL_SITE_FIELDS, self.call_sites),
         )
         for name, (fields, rows) in zip(CSV_FILES, tables):
             path = os.path.join(directory, name)
@@ -346,8 +362,20 @@ class Report:
         ]
         lines += _fixed_width(headers, rows)
 
+        if self.call_sites:
+            shown = min(TABLE_SITE_ROWS, len(self.call_sites))
+            lines += ["", f"by call site, longest first ({shown} of {len(self.call_sites)})"]
+            headers = ["at", "ops", "events", "launches", "comm", "wait", "compute", "bytes"]
+            rows = [
+                [r["site"], r["ops"], r["events"], r["launches"]]
+                + [us(r[k]) for k in ("comm_ns", "wait_ns", "compute_ns")]
+                + [r["bytes_moved"]]
+                for r in self.call_sites[:shown]
+            ]
+            lines += _fixed_width(headers, rows)
+
         lines += ["", f"longest stalls ({len(self.top_stalls)})"]
-        headers = ["rank", "sm", "pid", "tile", "op", "address", "start", "duration"]
+        headers = ["rank", "sm", "pid", "tile", "op", "at", "address", "start", "duration"]
         headers += ["computing", "not sent", "in flight", "late look", "released by"]
         rows = []
         for s in self.top_stalls:
@@ -367,6 +395,7 @@ class Report:
                     s["pid"],
                     f"{s['pid_m']},{s['pid_n']}",
                     s["op"],
+                    s["site"] or "-",
                     f"{s['address']:#x}",
                     us(s["start_ns"]),
                     us(s["duration_ns"]),
@@ -388,8 +417,9 @@ class Report:
                 tile = f" ({step['pid_m']},{step['pid_n']})" if step["pid_m"] >= 0 else ""
                 if tile and not step["op"].endswith("tile"):
                     tile = " tile" + tile
+                at = f" at {step['site']}" if step["site"] else ""
                 lines.append(
-                    f"  rank {step['rank']} SM {step['cu_id']}: {step['op']}{tile} "
+                    f"  rank {step['rank']} SM {step['cu_id']}: {step['op']}{tile}{at} "
                     f"{us(step['start_ns'])}-{us(step['end_ns'])}"
                 )
                 previous_end = step["end_ns"]
@@ -419,7 +449,8 @@ def _fixed_width(headers: list[str], rows: list[list]) -> list[str]:
     return lines
 
 
-def _event_row(event, origin: int, scope_names) -> dict:
+def _event_row(event, origin: int, scope_names, where: tuple[str | None, str | None] = (None, None)) -> dict:
+    # ``where``: the event's call site and launch labels (None where not known).
     return {
         "rank": int(event["cur_rank"]),
         "cu_id": int(event["cu_id"]),
@@ -430,10 +461,12 @@ def _event_row(event, origin: int, scope_names) -> dict:
         "address": int(event["address"]),
         "start_ns": int(event["start_ns"]) - origin,
         "end_ns": max(int(event["end_ns"]), int(event["start_ns"])) - origin,
+        "site": where[0],
+        "launch": where[1],
     }
 
 
-def _top_stalls(events, starts, ends, causes, scope_names, top, origin) -> list[dict]:
+def _top_stalls(events, starts, ends, causes, scope_names, top, origin, where) -> list[dict]:
     waits = causes["index"]
     duration = ends[waits] - starts[waits]
     # lexsort: longest first, then earliest start, then input order.
@@ -442,7 +475,7 @@ def _top_stalls(events, starts, ends, causes, scope_names, top, origin) -> list[
     for row_index in chosen:
         i = int(waits[row_index])
         event = events[i]
-        row = _event_row(event, origin, scope_names)
+        row = _event_row(event, origin, scope_names, where(i))
         del row["end_ns"]
         row.update(
             {
@@ -483,9 +516,10 @@ def analyze(
     releaser: np.ndarray | None = None,
     causes: dict[str, np.ndarray] | None = None,
     sample_period: int = 1,
+    origins: tuple[np.ndarray, np.ndarray, list[str]] | None = None,
 ) -> Report:
     """Compute, communication, overlap, stall and idle time per SM, per rank and overall,
-    and why ranks waited.
+    why ranks waited, and where (by call site) the time went.
 
     Definitions are in the module docstring. ``events`` is an ``EVENT_DTYPE`` array on one
     clock (``Trace.events``), in any order; ``notes`` go to the top of the report
@@ -494,7 +528,9 @@ def analyze(
     (``Trace.releasers``), and ``causes`` :func:`~iris_trace.attribution.attribute_waits`
     of them (``Trace.wait_causes``); each is computed here otherwise. ``sample_period`` > 1
     (``Trace.sample_period``: one program in that many recorded) adds the estimated totals
-    of :func:`~iris_trace.sampling.estimate_totals` and a note.
+    of :func:`~iris_trace.sampling.estimate_totals` and a note. ``origins`` is
+    :func:`~iris_trace.sites.origins` of ``events`` (``Trace.origins``): with it the stalls
+    and the critical path name their call sites, and the report has a by-call-site table.
 
     Example:
         >>> report = analyze(trace.events, trace.world_size, trace.scope_names, top=5)
@@ -546,6 +582,7 @@ def analyze(
     groups = wait_groups(events, causes, scope_names)
     lifecycle = lifecycle_summary(tile_lifecycles(events, releaser))
     path = critical_path(events, releaser)
+    where = _where(origins)
     return Report(
         world_size=world_size,
         window_start_ns=window_start,
@@ -553,19 +590,63 @@ def analyze(
         per_sm=per_sm,
         per_rank=per_rank,
         overall=overall,
-        top_stalls=_top_stalls(events, starts, ends, causes, scope_names, top, window_start),
+        top_stalls=_top_stalls(events, starts, ends, causes, scope_names, top, window_start, where),
         summary=summarize_waits(groups, world_size, lifecycle, first_events(events)),
         wait_causes=groups,
         tile_lifecycle=lifecycle,
         seen_latency=seen_latency(events, causes),
-        critical_path=[_event_row(events[i], window_start, scope_names) for i in path],
+        critical_path=[_event_row(events[i], window_start, scope_names, where(i)) for i in path],
         notes=list(notes or []) + _sampling_notes(sample_period),
         sampling=(
             {"period": sample_period, "estimates": estimate_totals(events, world_size, sample_period)}
             if sample_period > 1
             else {}
         ),
+        call_sites=[]
+        if origins is None
+        else _by_call_site(events, starts, ends, category, payload, origins, scope_names),
     )
+
+
+def _where(origins):
+    # Event index -> its (call site, launch) labels, None where not known.
+    if origins is None:
+        return lambda i: (None, None)
+    site_at, launch_at, labels = origins
+
+    def known(label: str) -> str | None:
+        return None if label == UNKNOWN else label
+
+    return lambda i: (known(labels[site_at[i]]), known(labels[launch_at[i]]))
+
+
+def _by_call_site(events, starts, ends, category, payload, origins, scope_names) -> list[dict]:
+    # Per call site label: its ops, events, launches, time per category and bytes.
+    site_at, _, labels = origins
+    if not len(events) or not (site_at != labels.index(UNKNOWN)).any():
+        return []
+    sites, inverse = np.unique(site_at, return_inverse=True)
+    duration = ends - starts
+    # A launch per rank: each rank's launch of a step is one of them.
+    launch_keys = events["cur_rank"].astype(np.int64) << 32 | events["launch"].astype(np.int64)
+    rows = []
+    for k, site in enumerate(sites.tolist()):
+        mine = inverse == k
+        ops = sorted({event_name(int(e), scope_names) for e in np.unique(events["event_id"][mine]).tolist()})
+        time = {c: int(duration[mine & (category == c)].sum()) for c in (COMM, WAIT, COMPUTE)}
+        rows.append(
+            {
+                "site": labels[site],
+                "ops": ",".join(ops),
+                "events": int(mine.sum()),
+                "launches": int(len(np.unique(launch_keys[mine]))),
+                "comm_ns": time[COMM],
+                "wait_ns": time[WAIT],
+                "compute_ns": time[COMPUTE],
+                "bytes_moved": int(payload[mine].sum()),
+            }
+        )
+    return sorted(rows, key=lambda r: (-(r["comm_ns"] + r["wait_ns"] + r["compute_ns"]), r["site"]))
 
 
 def _sampling_notes(period: int) -> list[str]:
@@ -651,6 +732,7 @@ def analyze_trace(trace, top: int = 10) -> Report:
         releaser=trace.releasers,
         causes=trace.wait_causes,
         sample_period=trace.sample_period,
+        origins=trace.origins,
     )
     # Where ranks share a GPU (or run emulated) a late flag is a turn, not the first-flag delay.
     if not trace.shares_a_clock and not _emulated(trace):

@@ -15,16 +15,21 @@ from .schema import (  # noqa: F401
     DMA_PUT,
     EVENT_NAMES,
     EVERY_PEER,
+    FIELD_BITS,
+    FIELD_MASK,
     IDENT_CU_SHIFT,
     IDENT_CUR_RANK_SHIFT,
     IDENT_EVENT_BITS,
     IDENT_PATH_SHIFT,
     IDENT_SUB_SHIFT,
     IDENT_TARGET_SHIFT,
+    LAUNCH_SHIFT,
     NO_RANK,
     RECORD_WORDS,
     RELEASE_EVENTS,
     SCOPE_BASE,
+    SITE_SHIFT,
+    TAG_MASK,
     VALUED_RELEASES,
     W_ADDRESS,
     W_BYTES,
@@ -52,6 +57,9 @@ EVENT_DTYPE = np.dtype(
         ("pid_m", np.int32),
         ("pid_n", np.int32),
         ("op_index", np.int32),
+        # The launch's tag and the call site's id (iris_trace.schema; 0 in older files).
+        ("launch", np.int32),
+        ("site", np.int32),
         ("start_ns", np.int64),
         ("end_ns", np.int64),
         ("address", np.int64),
@@ -133,8 +141,12 @@ def decode_records(
     events["pid_n"] = tile >> 32
     events["start_ns"] = raw[:, W_START]
     events["end_ns"] = raw[:, W_END]
-    events["address"] = raw[:, W_ADDRESS]
-    events["payload_bytes"] = raw[:, W_BYTES]
+    address, nbytes = raw[:, W_ADDRESS], raw[:, W_BYTES]
+    # The address is a signed 40-bit offset (-1: a compute scope has none).
+    events["address"] = ((address & FIELD_MASK) ^ (1 << (FIELD_BITS - 1))) - (1 << (FIELD_BITS - 1))
+    events["payload_bytes"] = nbytes & FIELD_MASK
+    events["launch"] = (address >> LAUNCH_SHIFT) & TAG_MASK
+    events["site"] = (nbytes >> SITE_SHIFT) & TAG_MASK
     events["value"] = raw[:, W_VALUE]
     return events[np.argsort(events["start_ns"], kind="stable")]
 

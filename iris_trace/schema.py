@@ -12,8 +12,10 @@ own names), and ``SCOPE_BASE + s`` the user's compute scope ``s``.
 
 **Trace record** (8 x int64, one per event)::
 
-    0 start_ns   1 end_ns   2 address (heap offset: the flag, or a block's first element)
-    3 payload_bytes
+    0 start_ns   1 end_ns
+    2 address | launch << 40        (address: heap offset of the flag or a block's first
+                                    element, signed 40 bits; launch: the kernel launch's tag)
+    3 payload_bytes | site << 40    (site: the call site's id, 0 unknown; see site_id)
     4 event_id | cur_rank << 8 | target_rank << 24 | cu_id << 40 | path << 56 | sub << 57
                                     (target_rank EVERY_PEER: one record for every other rank;
                                     sub: a signal's set 0 or add 1, see SIGNAL_OPS)
@@ -39,6 +41,7 @@ Example:
 from __future__ import annotations
 
 import enum
+import zlib
 
 
 # ---------------------------------------------------------------- event ids
@@ -162,12 +165,39 @@ IDENT_PATH_SHIFT = 56
 #: ``sub``, the op's variant, in the ident word's top 7 bits: a signal's index in
 #: :data:`SIGNAL_OPS` (0 for every other op). Rank files written before it have 0 there.
 IDENT_SUB_SHIFT = 57
+#: ``address`` and ``payload_bytes`` keep the low 40 bits of their words (1 TiB); the top 24
+#: bits carry the launch's tag and the call site's id.
+FIELD_BITS = 40
+#: The tag of the kernel launch an event came from (W_ADDRESS's top bits): the low 24 bits of
+#: the GPU's ``%gridid`` (unique per launch in a process), or the launch's number under
+#: emulation. The collector names each tag's kernel, launch index and grid.
+LAUNCH_SHIFT = SITE_SHIFT = FIELD_BITS
+TAG_BITS = 24
+TAG_MASK = (1 << TAG_BITS) - 1
+FIELD_MASK = (1 << FIELD_BITS) - 1
+#: ``site`` of an event whose call site is not known (a kernel compiled without the site pass).
+UNKNOWN_SITE = 0
 #: A signal's ops by their ``sub`` (in trace records and flight entries).
 SIGNAL_OPS = ("set", "add")
 #: ``path``: how an op reached its target rank, a mapped pointer (same node) or the
 #: cross-node path (NVSHMEM; ``iris.device.crossnode``).
 PATH_MAPPED, PATH_CROSS_NODE = 0, 1
 PATH_NAMES = {PATH_MAPPED: "mapped", PATH_CROSS_NODE: "cross-node"}
+
+
+def site_id(kernel: str, file: str, line: int) -> int:
+    """The id a call site of a traced op gets in records: 24 bits of a hash of where it is.
+
+    Fixed at compile time (a kernel's binary carries it, so a kernel loaded from Triton's
+    cache needs nothing recomputed) and the same on every rank; never :data:`UNKNOWN_SITE`.
+
+    Example:
+        >>> 0 < site_id("my_kernel", "/work/app.py", 42) < 1 << TAG_BITS
+        True
+    """
+    digest = zlib.crc32(f"{kernel}\0{file}\0{int(line)}".encode())
+    return (digest ^ (digest >> TAG_BITS)) & TAG_MASK or 1
+
 
 # Tracing slots of the context tensor, counted from the first slot after ``heap_size``.
 # SLOT_ENABLED: 0 while tracing is disabled; while enabled, the sampling period k, a power of

@@ -11,7 +11,9 @@ to align it with the others::
                   num_sms, scope_names, command, clock_domain (ranks with the same one
                   read the same clock: one GPU, or the host under emulation), run
                   (the run's id: every rank of one tracing run has the same),
-                  sample_period (one program in that many recorded)
+                  sample_period (one program in that many recorded), sites (call site id ->
+                  kernel, file, line) and launches (launch tag -> kernel, index, grid):
+                  what names each event's origin (iris_trace.sites)
 
 :class:`Trace` merges one file (or in-memory :class:`RankTrace`) per rank and
 maps every timestamp onto rank 0's clock; files of different runs are refused.
@@ -39,6 +41,7 @@ from .events import EVENT_DTYPE, upgrade
 from .flight_file import pid_alive
 from .lanes import assign_lanes
 from .matching import match_releasers
+from .sites import Launch, Site, origins
 from .torch_profile import ProfileError, TorchProfile
 
 #: The arrays of a rank file that hold a PyTorch profile (all or none).
@@ -80,6 +83,10 @@ class RankTrace:
     sample_period: int = 1
     #: PyTorch profiler events taken with ``ctx.tracing.torch_profiler()`` (None: none).
     torch: TorchProfile | None = None
+    #: The call sites of this rank's events, by id (``iris_trace.sites``).
+    sites: dict[int, Site] = field(default_factory=dict)
+    #: This rank's launches, by tag (``iris_trace.sites.name_launches``).
+    launches: dict[int, Launch] = field(default_factory=dict)
 
     def meta(self) -> dict:
         return {
@@ -95,6 +102,11 @@ class RankTrace:
             "clock_domain": self.clock_domain,
             "run": self.run,
             "sample_period": self.sample_period,
+            "sites": {str(k): [s.kernel, s.file, s.line] for k, s in self.sites.items()},
+            "launches": {
+                str(k): [x.kernel, x.index, None if x.grid is None else list(x.grid)]
+                for k, x in self.launches.items()
+            },
         }
 
     def save(self, path: str) -> str:
@@ -161,6 +173,8 @@ class RankTrace:
             clock_domain=meta["clock_domain"],
             run=meta["run"],
             sample_period=meta["sample_period"],
+            sites=meta["sites"],
+            launches=meta["launches"],
         )
 
 
@@ -253,6 +267,8 @@ def _parse_meta(path: str, meta: np.ndarray) -> dict:
         "run": (str, ""),
         "sample_period": (int, 1),
         "scope_names": (dict, {}),
+        "sites": (dict, {}),
+        "launches": (dict, {}),
     }
     out = {}
     for name, (kind, default) in fields.items():
@@ -272,7 +288,28 @@ def _parse_meta(path: str, meta: np.ndarray) -> dict:
         out["scope_names"] = {int(k): str(v) for k, v in out["scope_names"].items()}
     except ValueError:
         raise TraceFileError(f"{path}: its metadata's scope_names are not keyed by scope number") from None
+    out["sites"], out["launches"] = _origin_tables(path, out["sites"], out["launches"])
     return out
+
+
+def _origin_tables(path: str, sites: dict, launches: dict) -> tuple[dict[int, Site], dict[int, Launch]]:
+    """The metadata's call sites and launches (``iris_trace.sites``), each entry checked."""
+    try:
+        named_sites = {}
+        for key, (kernel, file, line) in sites.items():
+            if not (isinstance(kernel, str) and isinstance(file, str) and type(line) is int):
+                raise ValueError
+            named_sites[int(key)] = Site(kernel, file, line)
+        named_launches = {}
+        for key, (kernel, index, grid) in launches.items():
+            if not (isinstance(kernel, str) and type(index) is int and index >= 0):
+                raise ValueError
+            if grid is not None and not (len(grid) == 3 and all(type(g) is int and g > 0 for g in grid)):
+                raise ValueError
+            named_launches[int(key)] = Launch(kernel, index, None if grid is None else tuple(grid))
+    except (ValueError, TypeError):
+        raise TraceFileError(f"{path}: its metadata's call sites or launches are malformed") from None
+    return named_sites, named_launches
 
 
 def _check_events(path: str, events: np.ndarray, world: int) -> None:
@@ -399,6 +436,12 @@ class Trace:
         shared = [bool(domain) and r.clock_domain == domain for r in self.ranks]
         self.clock_fits: list[ClockFit] = fit_all(reference.sync_enable, reference.sync_collect, shared)
         self.events = self._aligned_events()
+        #: Every rank's call sites, by id (the same id names the same line on every rank).
+        self.sites: dict[int, Site] = {}
+        for rank_trace in self.ranks:
+            self.sites.update(rank_trace.sites)
+        #: Each rank's launches, by tag (``iris_trace.sites.Launch``).
+        self.launches: list[dict[int, Launch]] = [r.launches for r in self.ranks]
 
     @property
     def shares_a_clock(self) -> bool:
@@ -456,6 +499,20 @@ class Trace:
         start = fit.to_reference(clock.to_device(events["start_ns"]))
         end = fit.to_reference(clock.to_device(events["start_ns"] + events["dur_ns"]))
         return profile, np.rint(start).astype(np.int64), np.rint(np.maximum(end, start)).astype(np.int64)
+
+    @functools.cached_property
+    def origins(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Per event, its call site's and its launch's label, as indices into the returned labels.
+
+        :func:`~iris_trace.sites.origins`, computed once per trace: the exporters and the
+        report share it.
+
+        Example:
+            >>> site_at, launch_at, labels = trace.origins
+            >>> labels[site_at[0]], labels[launch_at[0]]
+            ('put_kernel · app.py:42', 'put_kernel #0 (8, 1, 1)')
+        """
+        return origins(self.events, self.sites, self.launches)
 
     @functools.cached_property
     def releasers(self) -> np.ndarray:

@@ -46,7 +46,8 @@ def prepare_process(name: str) -> None:
     """Set this process up for backend ``name``, before any ``@triton.jit`` runs (``import iris``).
 
     The emulation backend switches Triton to its interpreter and installs the
-    interpreter's fixes (``iris.backends._interpreter_compat``).
+    interpreter's fixes (``iris.backends._interpreter_compat``); the CUDA backend adds
+    the site pass to Triton's compiler (``iris.backends._cuda_call_sites``).
     """
     environment = process_environment(name)
     os.environ.update(environment)
@@ -54,6 +55,10 @@ def prepare_process(name: str) -> None:
         from . import _interpreter_compat
 
         _interpreter_compat.apply()
+    else:
+        from . import _cuda_call_sites
+
+        _cuda_call_sites.install()
 
 
 def make_backend(name: str, cross_node: bool = False) -> Backend:

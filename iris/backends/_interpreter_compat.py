@@ -34,7 +34,8 @@ Each fix changes nothing where the interpreter already works:
   bf16 result to nearest even, as a GPU does (the interpreter's own fp32-to-bf16
   cast truncated).
 - **Launch hooks.** :data:`AFTER_LAUNCH` runs after every interpreted launch (the
-  emulation backend delivers cross-node writes there).
+  emulation backend delivers cross-node writes there); :class:`Launches` numbers the
+  launches, so trace records can say which one they came from.
 - **Helper calls.** The interpreter patches ``triton.language`` (every builtin of
   ``tl``, ``tl.tensor`` and ``tl.math``, found with ``inspect.getmembers``) when a
   launch starts, and again at *every* call of a ``@triton.jit`` helper inside it,
@@ -105,6 +106,18 @@ def _interpreted(jit_function):
 AFTER_LAUNCH: list = []
 
 
+class Launches:
+    """The interpreted launches of this process: how many so far, and the running one's kernel.
+
+    A launch's number is its tag in trace records (``intrinsics.launch_tag``).
+    """
+
+    count = 0
+    kernel = ""
+    #: Whether the running launch is in ``call_sites.LAUNCHES`` yet (it is, once it records).
+    noted = False
+
+
 def _patch_launch_hooks() -> None:
     cls = _interpreter.InterpretedFunction
     original = cls.run
@@ -112,6 +125,9 @@ def _patch_launch_hooks() -> None:
         return
 
     def run(self, *args, **kwargs):
+        if not kwargs.get("warmup"):
+            Launches.count += 1
+            Launches.kernel, Launches.noted = self.fn.__name__, False
         try:
             result = original(self, *args, **kwargs)
         except Exception as error:

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from . import call_sites
+
 
 @dataclass
 class Allocation:
@@ -322,6 +324,16 @@ class Backend(ABC):
     def capturing(self) -> bool:
         """Whether the current stream is being recorded into a graph (see :meth:`capture`)."""
         return False
+
+    def log_launches(self, on: bool) -> None:
+        """Start or stop noting launches of kernels with traced call sites in
+        ``call_sites.LAUNCHES`` (while tracing is enabled), with their grids where the
+        backend sees them.
+
+        Example:
+            >>> backend.log_launches(True)
+        """
+        call_sites.LAUNCHES.on = bool(on)
 
     def check_nodes(self, num_nodes: int) -> None:
         """Raise a clear error when this backend cannot run a job that spans ``num_nodes`` nodes.

@@ -14,7 +14,7 @@ import weakref
 import torch
 
 from .. import _env
-from . import _cuda_topology
+from . import _cuda_call_sites, _cuda_topology
 from .base import Allocation, Backend, CopyLanes, describe_bytes
 
 
@@ -141,6 +141,10 @@ class CudaBackend(Backend):
     def __init__(self):
         self._side_streams: dict[int, torch.cuda.Stream] = {}
         self._capture_streams: dict[int, torch.cuda.Stream] = {}
+
+    def log_launches(self, on: bool) -> None:
+        # Triton's launch hook notes each launch with its grid (the GPU numbers launches itself).
+        _cuda_call_sites.log_launches(on)
 
     @property
     def dist_backend(self) -> str:

@@ -4,6 +4,7 @@ import triton
 import triton.language as tl
 from triton.runtime.jit import constexpr_function
 
+from ..backends import _cuda_call_sites as call_site_pass
 from ..config import static_wait_timeout_ns
 
 #: Timeout of waits that have no ``heap_bases`` (so no context slot to read it from):
@@ -89,6 +90,28 @@ def opaque(x):
 def sm_id():
     """The SM this program runs on (%smid)."""
     return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+
+#: What :func:`call_site` compiles to before the site pass gives each copy its id.
+_SITE_PLACEHOLDER: tl.constexpr = tl.constexpr(call_site_pass.PLACEHOLDER_ASM)
+
+
+@triton.jit
+def call_site():
+    """The id of the source line that called the traced op (``iris_trace.schema.site_id``).
+
+    A placeholder move of :data:`iris_trace.schema.UNKNOWN_SITE`: after inlining, the site
+    pass (``iris.backends._cuda_call_sites``) gives every copy of it the id of the line
+    its debug location names, so the id costs one immediate move and is fixed at compile
+    time. Not pure: two call sites must never be merged into one.
+    """
+    return tl.inline_asm_elementwise(_SITE_PLACEHOLDER, "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def launch_tag():
+    """The launch's tag: the low bits of %gridid, which the GPU numbers each launch of a process by."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %gridid;", "=l", [], dtype=tl.int64, is_pure=True, pack=1)
 
 
 @triton.jit

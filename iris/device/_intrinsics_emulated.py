@@ -6,11 +6,18 @@ the host clock and raise Python exceptions where a GPU would trap or hang.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 
 import numpy as np
+import triton
 import triton.language as tl
 
+from iris_trace.schema import TAG_MASK
+
+from ..backends import call_sites
+from ..backends._interpreter_compat import Launches
 from ..backends.emulated import RemoteWrites, virtual_sm_count
 from ..config import emulated_wait_timeout, wait_timeout
 from ..errors import DeviceCheckError, WaitTimeoutError
@@ -85,6 +92,43 @@ def device_check(condition, message):
 def timer_ns():
     # One host clock serves every rank process, so emulated traces need no alignment.
     return tl.full([], time.monotonic_ns(), tl.int64)
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_TRITON = os.path.dirname(os.path.abspath(triton.__file__)) + os.sep
+
+
+def call_site():
+    # The GPU's site pass reads the kernel's inlined frames at compile time; the interpreter
+    # has the same frames at run time: the first outside the package (the user's line),
+    # else the kernel's own (an Iris kernel), the interpreter's own frames skipped.
+    frame, kernel_frame = sys._getframe(1), None
+    while frame is not None:
+        file = os.path.abspath(frame.f_code.co_filename)
+        if not file.startswith(_TRITON):
+            if not file.startswith(_PACKAGE):
+                return _site(file, frame.f_lineno)
+            kernel_frame = frame
+            if frame.f_code.co_name == Launches.kernel:
+                break
+        frame = frame.f_back
+    if kernel_frame is None:
+        return tl.full([], 0, tl.int32)
+    return _site(os.path.abspath(kernel_frame.f_code.co_filename), kernel_frame.f_lineno)
+
+
+def _site(file, line):
+    return tl.full([], call_sites.register(Launches.kernel, file, line), tl.int32)
+
+
+def launch_tag():
+    # The launch's number (the interpreter counts them); the first record of a launch
+    # puts it in the launch log, with its grid.
+    if not Launches.noted:
+        grid = [_scalar(tl.num_programs(axis)) for axis in range(3)]
+        call_sites.LAUNCHES.note(Launches.kernel, grid, Launches.count & TAG_MASK)
+        Launches.noted = True
+    return tl.full([], Launches.count & TAG_MASK, tl.int64)
 
 
 def opaque(x):

@@ -12,10 +12,12 @@ from ..config import BACKEND
 #: What each backend's module defines (tests/test_backends.py holds both to it).
 NAMES = (
     "HAS_STATIC_TIMEOUT",
+    "call_site",
     "claim_alone",
     "copy_alone",
     "device_check",
     "fence_system",
+    "launch_tag",
     "load_acquire",
     "load_invariant",
     "opaque",

@@ -30,6 +30,12 @@ slot claim and one coalesced store when the stash fills and when it ends
 records reach the buffer only when written: a program that never ends leaves its last
 ones unwritten.
 
+**Where an op came from.** Each record also carries its launch's tag (``%gridid``,
+``intrinsics.launch_tag``) and the id of the source line that called the op
+(``intrinsics.call_site``): a constant the site pass (``iris.backends._cuda_call_sites``)
+writes into each inlined copy of the recorder at compile time, so naming the line costs
+a kernel one immediate move. Both ride in the top 24 bits of the address and bytes words.
+
 The record layout and every event id are in ``iris_trace.schema``, the one place
 the device recorder and every reader take them from.
 """
@@ -89,6 +95,10 @@ _W_WHERE: tl.constexpr = tl.constexpr(schema.W_WHERE)
 _W_TILE: tl.constexpr = tl.constexpr(schema.W_TILE)
 _W_VALUE: tl.constexpr = tl.constexpr(schema.W_VALUE)
 _OP_INDEX_SHIFT: tl.constexpr = tl.constexpr(schema.WHERE_OP_INDEX_SHIFT)
+_FIELD_MASK: tl.constexpr = tl.constexpr(schema.FIELD_MASK)
+_TAG_MASK: tl.constexpr = tl.constexpr(schema.TAG_MASK)
+_LAUNCH_SHIFT: tl.constexpr = tl.constexpr(schema.LAUNCH_SHIFT)
+_SITE_SHIFT: tl.constexpr = tl.constexpr(schema.SITE_SHIFT)
 
 
 #: ``iris.TraceEvent()``'s fields: the device API's ops under their names, and upstream
@@ -389,11 +399,26 @@ def _write(
     region_records = _region_records(records, region, capacity)
     slot = hw.write_record(
         counters + region * COUNTER_STRIDE, capacity, region_records, dropped + region * COUNTER_STRIDE,
-        tl.cast(start, tl.int64), tl.cast(stop, tl.int64), tl.cast(offset, tl.int64),
-        tl.cast(nbytes, tl.int64), ident, where, tile, tl.cast(value, tl.int64),
+        tl.cast(start, tl.int64), tl.cast(stop, tl.int64), _address_word(offset),
+        _bytes_word(nbytes), ident, where, tile, tl.cast(value, tl.int64),
         _W_WHERE, _OP_INDEX_SHIFT,
     )  # fmt: skip
     return tl.where(slot >= 0, region.to(tl.int64) * capacity + slot, -1)
+
+
+@triton.jit
+def _address_word(offset):
+    # The record's address word: the heap offset's low 40 bits, the launch's tag above them.
+    launch = hw.launch_tag() & _TAG_MASK
+    return (tl.cast(offset, tl.int64) & _FIELD_MASK) | (launch << _LAUNCH_SHIFT)
+
+
+@triton.jit
+def _bytes_word(nbytes):
+    # The record's bytes word: the bytes moved, the id of the line that called the op above
+    # them (fixed at compile time: intrinsics.call_site).
+    site = hw.call_site().to(tl.int64)
+    return (tl.cast(nbytes, tl.int64) & _FIELD_MASK) | (site << _SITE_SHIFT)
 
 
 @triton.jit
@@ -482,7 +507,7 @@ def stash(
     """
     if compiled_in(heap_bases.dtype):
         if start >= 0:
-            ended, offset, size, ident = _event_words(
+            ended, address_word, bytes_word, ident = _event_words(
                 heap_bases, event, target_rank, address, nbytes, path, stop, sub
             )
             tile = _tile(pid_m, pid_n)
@@ -490,8 +515,8 @@ def stash(
             col = tl.arange(0, RECORD_WORDS)[None, :]
             word = tl.where(col == _W_START, tl.cast(start, tl.int64), tl.cast(value, tl.int64))
             word = tl.where(col == _W_END, ended, word)
-            word = tl.where(col == _W_ADDRESS, offset, word)
-            word = tl.where(col == _W_BYTES, size, word)
+            word = tl.where(col == _W_ADDRESS, address_word, word)
+            word = tl.where(col == _W_BYTES, bytes_word, word)
             word = tl.where(col == _W_IDENT, ident, word)
             word = tl.where(col == _W_WHERE, where, word)
             word = tl.where(col == _W_TILE, tile, word)
@@ -505,9 +530,9 @@ def stash(
 def _event_words(
     heap_bases, event: tl.constexpr, target_rank, address, nbytes, path, stop, sub: tl.constexpr
 ):
-    # A stashed or reserved record's end (``stop``, default now), heap offset and bytes
-    # (``address`` None: a compute scope, offset -1 and 0 bytes; ``nbytes`` defaults to
-    # one element of ``address``) and identity word.
+    # A stashed or reserved record's end (``stop``, default now), address word (heap offset,
+    # launch), bytes word (bytes, call site) and identity word (``address`` None: a compute
+    # scope, offset -1 and 0 bytes; ``nbytes`` defaults to one element of ``address``).
     if stop is None:
         ended = hw.timer_ns()
     else:
@@ -521,7 +546,8 @@ def _event_words(
         size = tl.full([], blocks.element_bytes(address.type), tl.int64)
     if nbytes is not None:
         size = tl.cast(nbytes, tl.int64)
-    return ended, offset, size, _ident(event, cur_rank, target_rank, hw.sm_id(), path, sub)
+    ident = _ident(event, cur_rank, target_rank, hw.sm_id(), path, sub)
+    return ended, _address_word(offset), _bytes_word(size), ident
 
 
 @triton.jit
@@ -587,7 +613,7 @@ def write_reserved(
     """
     if compiled_in(heap_bases.dtype):
         if start >= 0:
-            ended, offset, size, ident = _event_words(
+            ended, address_word, bytes_word, ident = _event_words(
                 heap_bases, event, target_rank, address, nbytes, path, stop, sub
             )
             first, region = reservation
@@ -596,7 +622,7 @@ def write_reserved(
             dropped, records = _dropped_and_records(slots)
             hw.write_reserved_record(
                 first, index, capacity, _region_records(records, region, capacity),
-                dropped + region * COUNTER_STRIDE, tl.cast(start, tl.int64), ended, offset, size,
+                dropped + region * COUNTER_STRIDE, tl.cast(start, tl.int64), ended, address_word, bytes_word,
                 ident, _where(), _tile(pid_m, pid_n),
                 tl.cast(value, tl.int64), _W_WHERE, _OP_INDEX_SHIFT,
             )  # fmt: skip

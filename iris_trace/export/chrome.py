@@ -43,10 +43,13 @@ def write_chrome_json(trace: Trace, path: str, chunk_events: int = 1 << 18, prog
         json.dump(trace_metadata(trace, base), f)
         f.write(',\n"traceEvents": [\n')
         f.write(",\n".join(_metadata_events(trace, events, tids)))
+        site_at, launch_at, labels = trace.origins
+        quoted = [json.dumps(label) for label in labels]
         for lo in range(0, len(events), chunk_events):
             hi = min(lo + chunk_events, len(events))
             released = _split_by_row(waits, split, lo, hi)
-            f.write(",\n" + ",\n".join(_slices(events[lo:hi], tids[lo:hi], base, names, released)))
+            origin = (site_at[lo:hi], launch_at[lo:hi], quoted)
+            f.write(",\n" + ",\n".join(_slices(events[lo:hi], tids[lo:hi], base, names, released, origin)))
             if progress is not None:
                 progress(hi - lo)
         if len(waits):
@@ -149,9 +152,11 @@ def _split_by_row(waits: np.ndarray, split: dict, lo: int, hi: int) -> dict[int,
 
 
 def _slices(
-    chunk: np.ndarray, tids: np.ndarray, base: int, names: dict[int, str], released: dict
+    chunk: np.ndarray, tids: np.ndarray, base: int, names: dict[int, str], released: dict, origin: tuple
 ) -> list[str]:
-    # ``released``: by row of the chunk, the split of each wait that has a releaser.
+    # ``released``: by row of the chunk, the split of each wait that has a releaser; ``origin``:
+    # each row's call-site and launch label indices, and the labels as JSON strings.
+    site_at, launch_at, quoted = origin
     start = chunk["start_ns"] - base
     duration = np.maximum(chunk["end_ns"] - chunk["start_ns"], 0)
     columns = [chunk[field].tolist() for field in ARGS.values()]
@@ -164,6 +169,7 @@ def _slices(
         zip(chunk["event_id"].tolist(), chunk["cur_rank"].tolist(), tids.tolist(), _us(start), _us(duration))
     ):
         args = ", ".join(f'"{name}": {column[i]}' for name, column in zip(arg_names, columns))
+        args += f', "call_site": {quoted[site_at[i]]}, "launch": {quoted[launch_at[i]]}'
         if i in released:
             args += "".join(f', "{part}": {ns}' for part, ns in released[i].items())
         lines.append(

@@ -28,6 +28,9 @@ ARGS = {
 #: Debug-annotation name ids of a released wait's split (``Trace.wait_causes``), after ARGS's:
 #: why it waited, shown on the wait itself.
 WAIT_ARGS = {11 + i: part for i, part in enumerate(p for p in PARTS if p != "unattributed_ns")}
+#: Debug-annotation name ids of an event's origin, after WAIT_ARGS's: its call site (kernel
+#: and source line) and its launch (kernel, index, grid), as labels (``Trace.origins``).
+ORIGIN_ARGS = {max(WAIT_ARGS) + 1: "call_site", max(WAIT_ARGS) + 2: "launch"}
 #: Bins of the bytes-moved counter over the whole trace.
 COUNTER_BINS = 1000
 #: Events read at a time by the counter pass (about 4 MiB of records): its work per slice is

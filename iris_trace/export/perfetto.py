@@ -2,8 +2,9 @@
 
 Layout: one process track per rank ("rank 0 · NVIDIA H200"), one child track per
 SM lane ("SM 12", "SM 12 · lane 1" where CTAs overlap; copy-engine puts on
-"copy engine → rank 2"), a slice per op with its fields as args (a released wait
-also its split, ``common.WAIT_ARGS``: why it waited), a "bytes moved" counter track
+"copy engine → rank 2"), a slice per op with its fields as args (its call site and
+launch as interned strings, ``common.ORIGIN_ARGS``; a released wait also its split,
+``common.WAIT_ARGS``: why it waited), a "bytes moved" counter track
 per rank, flow arrows from the op that released each wait to that wait, and a
 "trace metadata" instant carrying world size, devices, dropped events, clock offsets
 and residuals, and the command. A rank that ran ``ctx.tracing.torch_profiler()`` also
@@ -38,7 +39,7 @@ from ..events import EVENT_NAMES, SCOPE_BASE, event_name, lane_name
 from ..lanes import stable_order
 from ..trace import Trace
 from . import wire
-from .common import ARGS, WAIT_ARGS, counter_rows, profiles_and_base, trace_metadata, wait_split
+from .common import ARGS, ORIGIN_ARGS, WAIT_ARGS, counter_rows, profiles_and_base, trace_metadata, wait_split
 
 SEQUENCE_ID = 1
 #: The PyTorch profiler's slices: names inline, no interned state.
@@ -93,7 +94,9 @@ def write_perfetto(trace: Trace, path: str, chunk_events: int = 1 << 20, progres
         tracks = _write_descriptors(builder, trace, events, lanes)
         _write_interned(builder, trace)
         _write_metadata(builder, trace, base)
-        writer = _SliceWriter(f, events, lanes, base, waits, sources, wait_split(trace, waits))
+        site_at, launch_at, _ = trace.origins
+        origin = {"call_site": site_at + 1, "launch": launch_at + 1}  # interned iids (_write_interned)
+        writer = _SliceWriter(f, events, lanes, base, waits, sources, wait_split(trace, waits), origin)
         lo = 0
         while lo < len(events):
             hi = writer.chunk_end(lo, chunk_events)
@@ -249,9 +252,13 @@ def _write_interned(builder, trace: Trace) -> None:
     for iid, name in sorted(names.items()):
         entry = packet.interned_data.event_names.add()
         entry.iid, entry.name = iid, name
-    for iid, name in {**ARGS, **WAIT_ARGS}.items():
+    for iid, name in {**ARGS, **WAIT_ARGS, **ORIGIN_ARGS}.items():
         entry = packet.interned_data.debug_annotation_names.add()
         entry.iid, entry.name = iid, name
+    # The origins' labels: string iid k + 1 is label k of Trace.origins.
+    for iid, label in enumerate(trace.origins[2], 1):
+        entry = packet.interned_data.debug_annotation_string_values.add()
+        entry.iid, entry.str = iid, label.encode()
     builder.write_packet(packet)
 
 
@@ -290,9 +297,10 @@ class _SliceWriter:
     #: Layouts kept (each with a block of rows); more than this and the cache starts over.
     MAX_LAYOUTS = 32
 
-    def __init__(self, f, events, lanes, base, waits, sources, split):
+    def __init__(self, f, events, lanes, base, waits, sources, split, origin):
         """``waits``: sorted indices of the waits that have a releaser, ``sources`` their releasers,
-        ``split`` their split into parts (one array per :data:`WAIT_ARGS` name, in ``waits`` order).
+        ``split`` their split into parts (one array per :data:`WAIT_ARGS` name, in ``waits`` order),
+        ``origin`` each event's interned call-site and launch label (one array per :data:`ORIGIN_ARGS` name).
 
         Flow ids are the wait's index + 1. Flows are kept by source, in wait order within
         a source: the k-th flow leaving an event goes into its k-th ``flow_ids`` field.
@@ -303,6 +311,7 @@ class _SliceWriter:
         self.base = base
         self.waits = waits
         self.split = split
+        self.origin = origin
         order = np.argsort(sources, kind="stable")
         self.flow_sources = sources[order]
         self.flow_ids = (waits[order] + 1).astype(np.uint64)
@@ -350,9 +359,10 @@ class _SliceWriter:
             )
         flows = self._flows(lo, hi)
         begins = spans[_nearly_sorted_order(start[spans], -duration[spans])]
-        self._write_opening(chunk, start, tracks, begins, _BEGIN, *flows)
+        origin = {name: column[lo:hi] for name, column in self.origin.items()}
+        self._write_opening(chunk, origin, start, tracks, begins, _BEGIN, *flows)
         instants = np.flatnonzero(duration == 0)
-        self._write_opening(chunk, start, tracks, instants, _INSTANT, *flows)
+        self._write_opening(chunk, origin, start, tracks, instants, _INSTANT, *flows)
 
     def _flows(self, lo: int, hi: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
         """Flow ids of the chunk's events, as columns (0: none), and each event's packet shape.
@@ -376,7 +386,7 @@ class _SliceWriter:
         shape[self.waits[a:b] - lo] += 1
         return outgoing, terminating, shape
 
-    def _write_opening(self, chunk, start, tracks, rows, kind, outgoing, terminating, shapes) -> None:
+    def _write_opening(self, chunk, origin, start, tracks, rows, kind, outgoing, terminating, shapes) -> None:
         """BEGIN (or INSTANT) packets of ``rows`` in their given order, one group per shape.
 
         Shapes differ by how many flows leave or end at the slice; the group with
@@ -392,7 +402,7 @@ class _SliceWriter:
         small = np.int16 if len(counts) <= 1 << 15 else np.int64
         grouped = rows if len(codes) == 1 else rows[np.argsort(shape.astype(small), kind="stable")]
         bounds = np.cumsum(counts[codes]) - counts[codes]
-        varints = ("time", "track", "event_id", *ARGS.values())
+        varints = ("time", "track", "event_id", *ARGS.values(), *ORIGIN_ARGS.values())
         for code, first, size in zip(codes.tolist(), bounds.tolist(), counts[codes].tolist()):
             flows, ends_here = divmod(code, 2)
 
@@ -406,6 +416,8 @@ class _SliceWriter:
                 for field in ARGS.values():
                     columns[field] = records[field]
                 columns["address"] = np.maximum(records["address"], 0)  # compute scopes have none (-1)
+                for name, column in origin.items():
+                    columns[name] = column.take(block)
                 for k in range(flows):
                     columns[f"flow{k}"] = outgoing[k].take(block)
                 if ends_here:  # a released wait: its flow ends here, and its split is shown
@@ -483,6 +495,10 @@ def _opening_layout(kind: int, widths: dict, flows: int, ends_here: bool) -> wir
         # DebugAnnotation field 7 (pointer_value) shows in hex, 4 (int_value) in decimal.
         value_field = 7 if field == "address" else 4
         event.message(4, annotation.key(value_field, wire.VARINT).varint(field, widths[field]))
+    for iid, field in ORIGIN_ARGS.items():
+        # DebugAnnotation field 17 (string_value_iid): an interned label.
+        annotation = wire.Layout().key(1, wire.VARINT).constant(bytes([iid]))
+        event.message(4, annotation.key(17, wire.VARINT).varint(field, widths[field]))
     if ends_here:
         for iid, part in WAIT_ARGS.items():
             annotation = wire.Layout().key(1, wire.VARINT).constant(bytes([iid]))

@@ -15,12 +15,19 @@ import os
 from triton import knobs
 
 
-def _no_cubin(backend=None, stages=None, options=None, language=None, capability=None):
-    # Called with no arguments for the cache key's share (Triton 3.9), with the stages otherwise.
-    if stages is None:
-        return "-ptx-only", "ptx-only"
-    stages["cubin"] = lambda src, metadata: b""
-    return None
+def _no_cubin_after(previous):
+    # The stages hook inside the block: the one installed before (Iris's site pass), then no cubin.
+    def no_cubin(backend=None, stages=None, options=None, language=None, capability=None):
+        # Called with no arguments for the cache key's share (Triton 3.9), with the stages otherwise.
+        if stages is None:
+            key, digest = previous() if previous is not None else ("", "")
+            return key + "-ptx-only", digest + "ptx-only"
+        if previous is not None:
+            previous(backend, stages, options, language, capability)
+        stages["cubin"] = lambda src, metadata: b""
+        return None
+
+    return no_cubin
 
 
 @contextlib.contextmanager
@@ -33,7 +40,7 @@ def ptx_only():
     """
     directory, hook = knobs.cache.dir, knobs.runtime.add_stages_inspection_hook
     knobs.cache.dir = os.path.join(directory, "ptx-only")
-    knobs.runtime.add_stages_inspection_hook = _no_cubin
+    knobs.runtime.add_stages_inspection_hook = _no_cubin_after(hook)
     try:
         yield
     finally:

@@ -20,8 +20,10 @@ import torch
 import torch.distributed as dist
 
 from iris_trace.events import decode_records
+from iris_trace.sites import name_launches
 from iris_trace.trace import RankTrace, Trace, claim_directory
 
+from ...backends import call_sites
 from ...device import layout
 from ...device import tracing as device_tracing
 from ...device.clock_sync import ping_kernel, pong_kernel
@@ -129,6 +131,7 @@ class Tracing:
         self.sample_period = period
         self._write_slots(enabled=period)
         self.enabled = True
+        self._ctx.backend.log_launches(True)
         self._runs += 1
 
     @property
@@ -151,6 +154,7 @@ class Tracing:
         if self._records is not None:
             self._write_slots(enabled=0)
         self.enabled = False
+        self._ctx.backend.log_launches(False)
 
     def reset(self) -> None:
         """Forget the events recorded so far on this rank.
@@ -162,6 +166,7 @@ class Tracing:
             >>> ctx.tracing.reset()
         """
         self._torch_profile = None
+        call_sites.LAUNCHES.clear()
         if self._counters is not None:
             self._counters.zero_()
             self._dropped.zero_()
@@ -354,10 +359,12 @@ class Tracing:
     def _rank_trace(self, sync_collect: np.ndarray) -> RankTrace:
         ctx = self._ctx
         self._torch_profile_collected = True
+        events = self.events()
+        sites = {s: call_sites.SITES[s] for s in np.unique(events["site"]).tolist() if s in call_sites.SITES}
         return RankTrace(
             rank=ctx.cur_rank,
             world_size=ctx.num_ranks,
-            events=self.events(),
+            events=events,
             sync_enable=self._sync_enable,
             sync_collect=sync_collect,
             dropped=self.dropped(),
@@ -370,4 +377,6 @@ class Tracing:
             run=self.run,
             sample_period=self.sample_period,
             torch=self._torch_profile,
+            sites=sites,
+            launches=name_launches(events, sites, call_sites.LAUNCHES.entries),
         )

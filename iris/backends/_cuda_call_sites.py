@@ -1,0 +1,222 @@
+"""The site pass: each traced op's call site gets its id in the compiled kernel.
+
+A traced op's record carries the id of the source line that called it
+(``iris_trace.schema.site_id``). The device recorder reads it through
+``intrinsics.call_site()``, which compiles to a placeholder move (:data:`PLACEHOLDER_ASM`),
+marked so it cannot be merged. Triton inlines every ``@triton.jit`` helper, so each call
+of a traced op leaves its own copy of the placeholder in the kernel's LLVM IR, with a debug
+location whose ``inlinedAt`` chain runs from the recorder out to the kernel. The pass runs
+on that IR, a step added after Triton's LLVM stage (``knobs.runtime.add_stages_inspection_hook``):
+for each copy it walks the chain outward to the first frame outside the ``iris`` package
+(the user's line; the kernel's own line for Iris's kernels), replaces the placeholder
+with that line's id, and lists the sites in the kernel's metadata (``iris_sites``), which
+Triton keeps beside the binary in its cache. A kernel loaded later, from the cache
+too, hands its sites to :data:`iris.backends.call_sites.SITES` when it is loaded.
+
+So the id costs a kernel one immediate move, fixed at compile time, and only in traced
+variants (an untraced kernel has no recorder, so nothing changes in its code).
+
+**Launches.** A record's launch tag is the GPU's launch number (``%gridid``), which the
+host never sees. While tracing is enabled (:func:`log_launches`), Triton's launch hook
+notes each launch of a kernel with sites, in order, with its grid (read through the
+kernel's ``launch_metadata``, which is set for the time on kernels that have none);
+``iris_trace.sites.name_launches`` pairs them with the tags. Launches that bypass
+Triton's launcher (a replayed CUDA graph) are not noted; their kernels' launches then
+keep their order but no grid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import weakref
+
+from . import call_sites
+
+#: What ``intrinsics.call_site()`` compiles to before this pass; the marker's version
+#: is part of Triton's cache key (it is in the recorder's source), so a change to the pass
+#: recompiles every traced kernel.
+PLACEHOLDER_ASM = "mov.u32 $0, 0; // iris.site/1"
+_PASS_VERSION = "iris.site/1"
+_MARKER = "// " + _PASS_VERSION
+_PLACEHOLDER_IN_IR = re.escape('asm sideeffect "' + PLACEHOLDER_ASM + '"')
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def assign_sites(llir: str) -> tuple[str, list[list]]:
+    """``llir`` with every placeholder given its call site's id, and the sites as ``[id, file, line]``.
+
+    Example:
+        >>> llir, sites = assign_sites(llir)
+    """
+    if _MARKER not in llir:
+        return llir, []
+    kernel = re.search(r"^define [^@]*@\"?([\w.$]+)\"?\(", llir, re.M).group(1)
+    nodes = dict(re.findall(r"^!(\d+) = (?:distinct )?(.*)$", llir, re.M))
+    sites: dict[int, tuple[str, int]] = {}
+
+    def give_id(match: re.Match) -> str:
+        file, line = _outermost_user_frame(nodes, match.group(2))
+        site = call_sites.register(kernel, file, line)
+        sites[site] = (file, line)
+        return match.group(0).replace(PLACEHOLDER_ASM, PLACEHOLDER_ASM.replace(" 0;", f" {site};"))
+
+    llir = re.sub(rf"^.*{_PLACEHOLDER_IN_IR}(.*), !dbg !(\d+)\s*$", give_id, llir, flags=re.M)
+    return llir, [[site, file, line] for site, (file, line) in sorted(sites.items())]
+
+
+def _outermost_user_frame(nodes: dict[str, str], location: str) -> tuple[str, int]:
+    # Walk a DILocation's inlinedAt chain outward; the first frame outside the package,
+    # else the last (the kernel's own line).
+    frame = None
+    while location is not None:
+        node = nodes[location]
+        line = int(re.search(r"\bline: (\d+)", node).group(1))
+        frame = (_file_of(nodes, re.search(r"\bscope: !(\d+)", node).group(1)), line)
+        if not frame[0].startswith(_PACKAGE + os.sep):
+            return frame
+        inlined = re.search(r"\binlinedAt: !(\d+)", node)
+        location = inlined.group(1) if inlined else None
+    return frame
+
+
+def _file_of(nodes: dict[str, str], scope: str) -> str:
+    # A scope (subprogram, lexical block) names its DIFile; the file, as a full path.
+    node = nodes[scope]
+    if node.startswith("!DIFile("):
+        name = re.search(r'filename: "([^"]*)"', node).group(1)
+        directory = re.search(r'directory: "([^"]*)"', node)
+        return os.path.join(directory.group(1), name) if directory else name
+    return _file_of(nodes, re.search(r"\bfile: !(\d+)", node).group(1))
+
+
+def _site_stage(stages, options, language, capability) -> None:
+    # Triton's stages hook: the pass runs on the LLVM IR each kernel's LLVM stage makes.
+    make_llir = stages["llir"]
+
+    def llir_with_sites(src, metadata):
+        llir, sites = assign_sites(make_llir(src, metadata))
+        if sites:
+            metadata["iris_sites"] = sites
+        return llir
+
+    stages["llir"] = llir_with_sites
+
+
+def _register_loaded(module, function, name, metadata_group, hash) -> None:
+    # Triton's kernel-load hook: a kernel from the cache brings its sites with it.
+    path = next((p for key, p in (metadata_group or {}).items() if key.endswith(".json")), None)
+    if path is None:
+        return
+    try:
+        with open(path) as handle:
+            sites = json.load(handle).get("iris_sites") or []
+    except (OSError, ValueError):
+        return
+    for _, file, line in sites:
+        call_sites.register(str(name), str(file), int(line))
+    if sites:
+        _WITH_SITES.add(function)
+
+
+#: Every kernel (``JITFunction``) compiled in this process, and the launch functions of those with sites.
+_COMPILED: weakref.WeakSet = weakref.WeakSet()
+_WITH_SITES: set[int] = set()
+#: Kernels whose ``launch_metadata`` is ours for as long as launches are logged.
+_GIVEN_METADATA: list = []
+
+
+def _note_compiled(*args, **kwargs) -> None:
+    # Triton's post-compile hook: remember the kernel, so its grid can be read while logging.
+    function = kwargs["fn"].jit_function
+    _COMPILED.add(function)
+    if call_sites.LAUNCHES.on:
+        _give_grid_metadata(function)
+
+
+def _launch_grid(grid, metadata, args) -> dict:
+    return {"iris_grid": tuple(grid)}
+
+
+def _give_grid_metadata(function) -> None:
+    if getattr(function, "launch_metadata", None) is None:
+        function.launch_metadata = _launch_grid
+        _GIVEN_METADATA.append(function)
+
+
+def _note_launch(launch_metadata) -> None:
+    # Triton's launch hook, while launches are logged.
+    if launch_metadata is None:
+        return
+    data = launch_metadata.get()
+    if data.get("function") in _WITH_SITES:
+        call_sites.LAUNCHES.note(data["name"], data.get("iris_grid"))
+
+
+def log_launches(on: bool) -> None:
+    """Note launches of kernels with sites in ``call_sites.LAUNCHES``, with grids, while ``on``.
+
+    Example:
+        >>> log_launches(True)
+    """
+    from triton import knobs
+
+    call_sites.LAUNCHES.on = bool(on)
+    if on:
+        for function in list(_COMPILED):
+            _give_grid_metadata(function)
+        knobs.runtime.launch_enter_hook.add(_note_launch)
+    else:
+        knobs.runtime.launch_enter_hook.remove(_note_launch)
+        while _GIVEN_METADATA:
+            function = _GIVEN_METADATA.pop()
+            if function.launch_metadata is _launch_grid:
+                function.launch_metadata = None
+
+
+def chain_post_compile_hook(hook) -> None:
+    """Run ``hook`` after every compile, after the post-compile hook already installed (Triton keeps one).
+
+    Example:
+        >>> chain_post_compile_hook(lambda **info: print(info["key"]))
+    """
+    from triton import knobs
+
+    previous = knobs.runtime.jit_post_compile_hook
+    if previous is hook or hook in getattr(previous, "iris_chain", ()):
+        return
+
+    def both(*args, **kwargs):
+        if previous is not None:
+            previous(*args, **kwargs)
+        return hook(*args, **kwargs)
+
+    both.iris_chain = (*getattr(previous, "iris_chain", (previous,)), hook)
+    knobs.runtime.jit_post_compile_hook = both
+
+
+def install() -> None:
+    """Add the site pass to Triton's compiler, the load hook that reads sites back and the
+    post-compile hook that remembers kernels for :func:`log_launches` (idempotent).
+
+    A stages hook installed before is kept and runs first.
+    """
+    from triton import knobs
+
+    previous = knobs.runtime.add_stages_inspection_hook
+    if getattr(previous, "iris_sites", False):
+        return
+
+    def add_stages(backend=None, stages=None, options=None, language=None, capability=None):
+        if stages is None:  # Triton 3.9 asks each launch and compile for the hook's share of the cache key
+            key, digest = previous() if previous is not None else ("", "")
+            return key + "-" + _PASS_VERSION, digest + _PASS_VERSION
+        if previous is not None:
+            previous(backend, stages, options, language, capability)
+        _site_stage(stages, options, language, capability)
+
+    add_stages.iris_sites = True
+    knobs.runtime.add_stages_inspection_hook = add_stages
+    knobs.runtime.kernel_load_end_hook.add(_register_loaded)
+    chain_post_compile_hook(_note_compiled)

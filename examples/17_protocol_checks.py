@@ -3,7 +3,7 @@
 Rank 0 sends rank 1 two messages: it puts the data into rank 1's inbox, then sets rank
 1's flag to 1. Rank 1 takes each one: it waits for the flag, resets it, copies the data
 out, and acknowledges the first message so that rank 0 may send the second. The kernel
-below can make one of three classic mistakes, and each traced run is checked
+below can make one of four classic mistakes, and each traced run is checked
 (``iris_trace.check``, the ``iris-trace check`` command) from the trace alone:
 
 * ``signal_first``: rank 0 raises the flag before it writes the data; rank 1 may read
@@ -14,6 +14,9 @@ below can make one of three classic mistakes, and each traced run is checked
   rank 1, busy with work of its own, finds the flag raised once for two messages
   (``raised-twice``). Here it takes what it finds, once: a receiver that waited for the
   second raise would wait forever.
+* ``clear_inbox``: rank 1 clears its inbox when it starts, while rank 0 may already be
+  writing the first message into it: which one lands last depends on timing
+  (``racing-writes``).
 
 The protocol without a mistake is clean. From the command line, on the rank files of a
 traced run: ``iris-trace check DIR/rank*.npz`` (exit 1 on a finding, 0 when clean).
@@ -34,6 +37,7 @@ MISTAKES = {
     "signal_first": ["data-after-signal"],
     "no_reset": ["stale-flag"],
     "no_ack": ["raised-twice"],
+    "clear_inbox": ["racing-writes"],
 }
 #: How long rank 0 prepares the second message once acknowledged, and how long rank 1's own
 #: work takes: long enough for the other rank to be where the mistake bites, even on a
@@ -66,6 +70,8 @@ def two_messages(
                 iris.put(data + slot, inbox + slot, 0, 1, heap_bases)
                 iris.signal(flag, 1, 0, 1, heap_bases, op="set")
     elif cur_rank == 1:
+        if MISTAKE == "clear_inbox":
+            iris.store(inbox + offsets, tl.full([BLOCK], float("nan"), tl.float32), 1, 1, heap_bases)
         if MISTAKE == "no_ack":
             spin(BUSY_NS)
         for message in tl.static_range(1 if MISTAKE == "no_ack" else 2):

@@ -2,8 +2,8 @@
 
 A trace holds every remote op of every rank with its time, program, target rank, heap
 offset and value, and :func:`iris_trace.matching.match_releasers` says which op released
-each wait. From that, two mistakes of hand-written flag protocols show up as patterns,
-whatever the kernel:
+each wait. From that, mistakes of hand-written protocols show up as patterns, whatever
+the kernel:
 
 ``stale-flag``
     A program's wait on a flag passes when the flag has been raised fewer times than that
@@ -26,6 +26,17 @@ whatever the kernel:
     reset). Adds count every raise and are not judged; neither is a flag no wait in the
     trace waits on (it may be polled some other way).
 
+``racing-writes``
+    Two ranks write data to the same place of one rank's memory (the same first heap
+    offset) and nothing orders the two writes: no chain of synchronisations (a wait and
+    the release it saw, an atomic and the release before it on its flag) leads from the
+    end of one write to the start of the other, and their launches ran together: the same
+    step of the program (the same kernel's launch of the same index on the two ranks) or
+    at the same time. Which value the memory keeps depends on timing. Other launches are
+    taken as ordered by the host (a barrier between steps); writes to a block's other
+    offsets than its first are not compared (a tile's bytes are strided, so ranges would
+    overlap where the tiles do not).
+
 Each finding names the check, the ranks, SMs, programs, ops, heap offsets and times
 (microseconds from the trace's first event), and the event indices in the merged trace.
 Waits the library issues for its own protocols (the device barrier, collectives, fused
@@ -40,6 +51,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,6 +75,7 @@ CHECKS = {
     "stale-flag": "a wait passed on a flag value left from an earlier round (raised again later)",
     "data-after-signal": "data written to a rank after the signal that released its wait, none after",
     "raised-twice": "a flag set to one value twice with no wait on it ending between: one raise is lost",
+    "racing-writes": "two ranks wrote the same place of one rank's memory with nothing ordering the writes",
 }
 #: Writes of data to another rank's memory (not reads, not the copy engine's, which has no program).
 _WRITES = frozenset(DATA_EVENTS - {LOAD, GET, DMA_PUT})
@@ -123,6 +136,8 @@ def run(trace, checks: tuple[str, ...] | None = None) -> list[Finding]:
         findings += data_after_signal(events, releaser, origin)
     if "raised-twice" in chosen:
         findings += raised_twice(events, origin)
+    if "racing-writes" in chosen:
+        findings += racing_writes(events, releaser, origin, _launch_steps(trace))
     return sorted(findings, key=lambda f: int(events["start_ns"][f.events[0]]))
 
 
@@ -257,6 +272,166 @@ def raised_twice(events: np.ndarray, origin: int = 0) -> list[Finding]:
             findings.append(Finding("raised-twice", message, ranks, (first, second)))
             break
     return findings
+
+
+def racing_writes(
+    events: np.ndarray, releaser: np.ndarray, origin: int = 0, steps: np.ndarray | None = None
+) -> list[Finding]:
+    """``racing-writes`` findings (module docstring): one per place written, its first race.
+
+    ``steps`` gives each event its launch's step (kernel and launch index, as one id; -1
+    where not known): launches of one step run together on their ranks. Without it only
+    launches that overlap in time do.
+
+    Example:
+        >>> racing_writes(trace.events, match_releasers(trace.events))
+        []
+    """
+    writes = np.flatnonzero(
+        np.isin(events["event_id"], list(_WRITES | {DMA_PUT})) & (events["payload_bytes"] > 0)
+    )
+    by_place: dict[tuple[int, int], list[int]] = {}
+    for index in writes[np.argsort(events["start_ns"][writes], kind="stable")]:
+        key = (int(events["target_rank"][index]), int(events["address"][index]))
+        by_place.setdefault(key, []).append(int(index))
+    shared = {
+        key: found for key, found in by_place.items() if len({int(events["cur_rank"][i]) for i in found}) > 1
+    }
+    if not shared:
+        return []
+    knows = _HappensBefore(events, releaser)
+    spans = _launch_spans(events, steps)
+    findings = []
+    for (target, offset), indices in shared.items():
+        race = _first_race(events, indices, knows, spans)
+        if race is None:
+            continue
+        first, second = events[race[0]], events[race[1]]
+        writers = int(first["cur_rank"]), int(second["cur_rank"])
+        message = (
+            f"rank {writers[0]} {_where(first)} and rank {writers[1]} {_where(second)} both wrote "
+            f"heap offset {offset:#x} of rank {target} ({event_name(int(first['event_id']))} "
+            f"{_us(first['start_ns'], origin)}-{_us(first['end_ns'], origin)}, "
+            f"{event_name(int(second['event_id']))} {_us(second['start_ns'], origin)}-"
+            f"{_us(second['end_ns'], origin)}) and nothing orders the two writes (no chain of signals and "
+            "the waits or atomics that saw them leads from the first to the second): which value stays "
+            "depends on timing; give each rank its own slot, or hand the place over with a signal and a wait"
+        )
+        findings.append(Finding("racing-writes", message, tuple(dict.fromkeys((*writers, target))), race))
+    return findings
+
+
+def _first_race(events, indices: list[int], knows, spans) -> tuple[int, int] | None:
+    # The first write (in start order) that nothing orders after another rank's earlier write
+    # to the place. Of each other rank's earlier writes, the latest in a launch that overlaps
+    # this one's is enough: the vector clocks only grow, so one ordered after it is ordered
+    # after that rank's earlier ones too.
+    earlier: dict[int, list[int]] = {}
+    for second in indices:
+        b = int(events["cur_rank"][second])
+        for a, theirs in earlier.items():
+            if a == b:
+                continue
+            first = next((i for i in reversed(theirs) if _launches_overlap(spans, i, second)), None)
+            if first is not None and not knows.ordered(first, second):
+                return first, second
+        earlier.setdefault(b, []).append(second)
+    return None
+
+
+class _HappensBefore:
+    """What each rank has seen of the others: a vector clock per rank, moved on where it
+    synchronises with another rank, by what that rank had seen when it released (and the
+    release itself).
+
+    A rank synchronises at a wait (with the op that released it, ``releaser``) and at an
+    atomic (a compare-and-swap taking a lock, an add joining a count) with the last release
+    to the same flag by another rank that ended before it began: atomics on one address are
+    ordered, so it read that release. A rank's ops are taken in time order (a rank's SMs
+    are not ordered by the trace, so this can only miss races, never invent them).
+    """
+
+    def __init__(self, events: np.ndarray, releaser: np.ndarray):
+        world = int(max(events["cur_rank"].max(), events["target_rank"].max())) + 1
+        self.events = events
+        self.times: list[list[int]] = [[] for _ in range(world)]
+        self.seen: list[list[np.ndarray]] = [[] for _ in range(world)]
+        edges = [(int(releaser[w]), int(w)) for w in np.flatnonzero(releaser >= 0)]
+        edges += _atomic_edges(events)
+        for source, target in sorted(edges, key=lambda edge: int(events["end_ns"][edge[1]])):
+            rank, by = int(events["cur_rank"][target]), int(events["cur_rank"][source])
+            if rank == by:
+                continue
+            released = self.at(by, int(events["start_ns"][source])).copy()
+            released[by] = max(released[by], int(events["start_ns"][source]))
+            merged = np.maximum(self.at(rank, int(events["end_ns"][target])), released)
+            self.times[rank].append(int(events["end_ns"][target]))
+            self.seen[rank].append(merged)
+
+    def at(self, rank: int, time_ns: int) -> np.ndarray:
+        """Per rank, the latest time of it that ``rank`` has seen by ``time_ns``."""
+        position = bisect.bisect_right(self.times[rank], time_ns)
+        if position == 0:
+            return np.full(len(self.times), -(1 << 62), dtype=np.int64)
+        return self.seen[rank][position - 1]
+
+    def ordered(self, first: int, second: int) -> bool:
+        """Whether write ``first`` (the earlier start) is known to end before write ``second`` starts."""
+        e = self.events
+        a, b = int(e["cur_rank"][first]), int(e["cur_rank"][second])
+        if int(e["end_ns"][first]) > int(e["start_ns"][second]):
+            return False  # they overlap in time: nothing can order them
+        return int(self.at(b, int(e["start_ns"][second]))[a]) >= int(e["end_ns"][first])
+
+
+def _atomic_edges(events: np.ndarray) -> list[tuple[int, int]]:
+    """(release, atomic) pairs: each atomic and the last release by another rank to its flag
+    that ended before it began."""
+    atomics = np.isin(events["event_id"], list(RELEASE_EVENTS - _WRITES - {SIGNAL}))
+    edges = []
+    for releases in _releases_by_flag(events).values():
+        releases = releases[~np.isin(events["event_id"][releases], list(_WRITES))]
+        ends = np.maximum.accumulate(events["end_ns"][releases]) if len(releases) else releases
+        for k, index in enumerate(releases.tolist()):
+            if not atomics[index]:
+                continue
+            earlier = releases[: int(np.searchsorted(ends[:k], events["start_ns"][index], side="right"))]
+            others = earlier[events["cur_rank"][earlier] != events["cur_rank"][index]]
+            if len(others):
+                edges.append((int(others[-1]), index))
+    return edges
+
+
+def _launch_steps(trace) -> np.ndarray:
+    """Per event, its launch's step: one id per (kernel, launch index), -1 where not known."""
+    steps = np.full(len(trace.events), -1, dtype=np.int64)
+    ids: dict[tuple[str, int], int] = {}
+    for rank, launches in enumerate(trace.launches):
+        for tag, launch in launches.items():
+            if launch.kernel:
+                chosen = (trace.events["cur_rank"] == rank) & (trace.events["launch"] == tag)
+                steps[chosen] = ids.setdefault((launch.kernel, launch.index), len(ids))
+    return steps
+
+
+def _launch_spans(events: np.ndarray, steps: np.ndarray | None):
+    """Per event, its launch's first start and last end in the trace, and its step."""
+    keys = events["cur_rank"].astype(np.int64) << 32 | events["launch"].astype(np.int64)
+    unique, inverse = np.unique(keys, return_inverse=True)
+    first = np.full(len(unique), np.iinfo(np.int64).max)
+    last = np.full(len(unique), np.iinfo(np.int64).min)
+    np.minimum.at(first, inverse, events["start_ns"])
+    np.maximum.at(last, inverse, np.maximum(events["end_ns"], events["start_ns"]))
+    inverse = inverse.reshape(-1)
+    return first[inverse], last[inverse], np.full(len(events), -1) if steps is None else steps
+
+
+def _launches_overlap(spans, first: int, second: int) -> bool:
+    """Whether the launches of two events ran together: the same step, or at the same time."""
+    begin, end, steps = spans
+    if steps[first] >= 0 and steps[first] == steps[second]:
+        return True
+    return begin[first] <= end[second] and begin[second] <= end[first]
 
 
 # ---------------------------------------------------------------------------- helpers

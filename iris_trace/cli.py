@@ -255,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
 
     checking = commands.add_parser(
         "check",
-        help="protocol checks (a flag left from an earlier round, data written after its signal); "
-        "exit 1 on a finding",
+        help="protocol checks (a stale flag, data written after its signal, a lost raise, racing "
+        "writes); exit 1 on a finding",
         epilog="checks:\n" + "\n".join(f"  {name}: {meaning}" for name, meaning in CHECKS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

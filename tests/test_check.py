@@ -95,6 +95,24 @@ def two_sends_kernel(data, flag, ack, cur_rank, heap_bases, ACK: tl.constexpr, B
                 iris.signal(ack, 1, 1, 0, heap_bases, op="set")
 
 
+@triton.jit
+def shared_place_kernel(data, flag, cur_rank, heap_bases, HANDOFF: tl.constexpr, BLOCK: tl.constexpr):
+    # Ranks 0 and 1 both write the same block of rank 0's data. With HANDOFF rank 0 raises
+    # rank 1's flag after its write and rank 1 waits for it before writing its own: ordered.
+    # Without, rank 1 only works a while first: the writes race, whatever the timing.
+    offsets = tl.arange(0, BLOCK)
+    if cur_rank == 0:
+        iris.put(data + offsets, data + offsets, 0, 0, heap_bases)
+        if HANDOFF:
+            iris.signal(flag, 1, 0, 1, heap_bases, op="set")
+    elif cur_rank == 1:
+        if HANDOFF:
+            iris.wait_until(flag, "ge", 1, heap_bases=heap_bases)
+        else:
+            work(BUSY_NS)
+        iris.put(data + offsets, data + offsets, 1, 0, heap_bases)
+
+
 def _findings(ctx):
     trace = ctx.tracing.collect()
     return None if trace is None else [(f.check, f.ranks, f.message) for f in check.run(trace)]
@@ -110,6 +128,8 @@ def _planted_body(rank, world_size, which, buggy):
             two_rounds_kernel[(1,)](data, flag, ack, rank, ctx.get_heap_bases(), RESET=not buggy, BLOCK=N)
         elif which == "raised-twice":
             two_sends_kernel[(1,)](data, flag, ack, rank, ctx.get_heap_bases(), ACK=not buggy, BLOCK=N)
+        elif which == "racing-writes":
+            shared_place_kernel[(1,)](data, flag, rank, ctx.get_heap_bases(), HANDOFF=not buggy, BLOCK=N)
         else:
             publish_kernel[(1,)](data, flag, rank, ctx.get_heap_bases(), SIGNAL_FIRST=buggy, BLOCK=N)
         ctx.barrier()

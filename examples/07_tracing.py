@@ -5,7 +5,8 @@ tile to its neighbour with a put and a signal; the neighbour waits for it. With
 ``ctx.tracing.enable()`` the unchanged kernel records puts, signals, waits and
 scopes; ``export()`` writes every rank's events (``rank<N>.npz``) and aligns all
 ranks' clocks onto rank 0's, and rank 0 writes a Perfetto trace, a Chrome JSON
-trace and the report (why each rank waited, per-SM overlap and stalls).
+trace and the report (why each rank waited, per-SM overlap and stalls, and where the
+time went by call site: every event names the kernel line that issued it).
 
 Run:  python -m iris.run -n 2 examples/07_tracing.py [output_dir]
 Then: open output_dir/trace.pftrace in https://ui.perfetto.dev
@@ -69,6 +70,10 @@ def main(out_dir: str):
         scopes = (trace.events["event_id"] == schema.SCOPE_BASE + 0).sum()  # scope 0: "tile compute"
         assert scopes == world * num_tiles, "every tile's compute scope is recorded"
         assert sum(trace.dropped) == 0
+        # Every event names the line of compute_and_push that issued it (the report's
+        # "by call site" table; the exports' call_site and launch args).
+        lines = {trace.sites[site].line for site in trace.events["site"].tolist()}
+        assert len(lines) == 4 and {site.kernel for site in trace.sites.values()} == {"compute_and_push"}
         print(f"rank 0: 07_tracing OK: {len(trace.events)} events, {world} ranks, in {out_dir}/trace.pftrace")
     ctx.close()
 

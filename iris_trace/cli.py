@@ -89,10 +89,11 @@ def report(args) -> int:
 
 
 def plot(args) -> int:
-    from .analysis import trace_notes
-    from .plot import timeline
+    from .analysis import analyze_trace
+    from .plot import MARKED_STALLS, timeline
 
     trace = _load(args.files)
+    report = analyze_trace(trace, top=MARKED_STALLS)
     title = args.title if args.title is not None else (trace.ranks[0].command or None)
     path = timeline(
         trace.events,
@@ -101,7 +102,8 @@ def plot(args) -> int:
         bins=args.bins,
         title=title,
         scope_names=trace.scope_names,
-        notes=trace_notes(trace),
+        notes=report.notes,
+        report=report,
         emulated=trace.emulated,
     )
     print(f"wrote {path}")

@@ -327,8 +327,9 @@ def timeline(
         )
         if stall["producer"] and step_held_up(stall):
             released += f" after {stall['producer']}"  # named only where it held the wait up
+        at = f" at {stall['site']}" if stall.get("site") else ""  # its call site, where known
         captions.append(
-            f"{number}: rank {stall['rank']} SM {stall['cu_id']} {stall['op']} "
+            f"{number}: rank {stall['rank']} SM {stall['cu_id']} {stall['op']}{at} "
             f"{stall['duration_ns'] / scale:.3g} {unit}, {released}"
         )
 

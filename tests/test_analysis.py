@@ -201,6 +201,8 @@ def test_top_stall_reports_its_releaser():
         "pid_m": 1,
         "pid_n": 3,
         "op": "wait_until",
+        "site": None,  # analyze() was not given the events' origins (Trace.origins)
+        "launch": None,
         "address": 64,
         "start_ns": 0,  # from the window start (100)
         "duration_ns": 200,
@@ -321,7 +323,7 @@ def test_empty_trace_gives_zeros():
 def test_empty_trace_formats_and_exports(tmp_path):
     report = analyze(np.zeros(0, dtype=EVENT_DTYPE), 2)
     assert "per rank" in report.format_table()
-    assert len(report.to_csv(str(tmp_path))) == 5
+    assert len(report.to_csv(str(tmp_path))) == 6
     assert json.loads(report.to_json())["window_ns"] == 0
 
 
@@ -347,7 +349,14 @@ def test_json_round_trip_keeps_every_number(tmp_path):
 def test_csv_round_trip_keeps_every_number(tmp_path):
     report = analyze(mixed_trace(), 2)
     paths = report.to_csv(str(tmp_path))
-    names = ["per_sm.csv", "per_rank.csv", "top_stalls.csv", "wait_causes.csv", "seen_latency.csv"]
+    names = [
+        "per_sm.csv",
+        "per_rank.csv",
+        "top_stalls.csv",
+        "wait_causes.csv",
+        "seen_latency.csv",
+        "call_sites.csv",
+    ]
     assert [os.path.basename(p) for p in paths] == names
     with open(paths[0], newline="") as f:
         per_sm = [{k: int(v) for k, v in row.items()} for row in csv.DictReader(f)]

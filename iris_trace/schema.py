@@ -190,12 +190,15 @@ def site_id(kernel: str, file: str, line: int) -> int:
 
     Fixed at compile time (a kernel's binary carries it, so a kernel loaded from Triton's
     cache needs nothing recomputed) and the same on every rank; never :data:`UNKNOWN_SITE`.
+    The file counts by its name only: Triton's cache keys a kernel by its source, not by
+    where the source lies, so two copies of one file (two checkouts) share binaries.
 
     Example:
         >>> 0 < site_id("my_kernel", "/work/app.py", 42) < 1 << TAG_BITS
         True
     """
-    digest = zlib.crc32(f"{kernel}\0{file}\0{int(line)}".encode())
+    name = file.replace("\\", "/").rsplit("/", 1)[-1]
+    digest = zlib.crc32(f"{kernel}\0{name}\0{int(line)}".encode())
     return (digest ^ (digest >> TAG_BITS)) & TAG_MASK or 1
 
 

@@ -11,7 +11,7 @@ import triton.language as tl
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 import iris
-from iris.backends._cuda_call_sites import PLACEHOLDER_ASM, assign_sites
+from iris.backends._cuda_call_sites import MARKER, PLACEHOLDER_ASM, assign_sites
 from iris_trace import schema
 from iris_trace.analysis import analyze_trace
 from iris_trace.events import EVENT_DTYPE, decode_records
@@ -219,7 +219,7 @@ def test_the_site_pass_gives_each_copy_the_id_of_the_users_line():
         schema.site_id("my_kernel", "/work/app.py", 17),
     )
     assert sites == sorted([[first, "/work/app.py", 14], [second, "/work/app.py", 17]])
-    assert f"mov.u32 $0, {first}; // iris.site/1" in llir and f"mov.u32 $0, {second}; // iris.site/1" in llir
+    assert f"mov.u32 $0, {first}; {MARKER}" in llir and f"mov.u32 $0, {second}; {MARKER}" in llir
     assert PLACEHOLDER_ASM not in llir
 
 
@@ -233,10 +233,9 @@ def test_a_compiled_kernel_carries_each_call_sites_id_fixed_at_compile_time():
     from offline import run_cuda_script
 
     report = json.loads(run_cuda_script("call_sites.py").strip().splitlines()[-1])
-    expected = [
-        [schema.site_id("two_puts", report["file"], line), report["file"], line]
-        for line in report["call_lines"]
-    ]
-    assert report["sites"] == sorted(expected)
-    assert sorted(report["ptx_site_ids"]) == sorted(site for site, _, _ in expected)
+    expected = [[schema.site_id("two_puts", report["file"], line), line] for line in report["call_lines"]]
+    # The file as the compiling process saw it: a cached binary may come from another copy of it.
+    assert all(os.path.basename(file) == "call_sites.py" for _, file, _ in report["sites"])
+    assert [[site, line] for site, _, line in report["sites"]] == sorted(expected)
+    assert sorted(report["ptx_site_ids"]) == sorted(site for site, _ in expected)
     assert report["gridid_reads"] >= 1 and report["untraced_markers"] == 0

@@ -18,8 +18,8 @@ variants (an untraced kernel has no recorder, so nothing changes in its code).
 
 **Launches.** A record's launch tag is the GPU's launch number (``%gridid``), which the
 host never sees. While tracing is enabled (:func:`log_launches`), Triton's launch hook
-notes each launch of a kernel with sites, in order, with its grid (read through the
-kernel's ``launch_metadata``, which is set for the time on kernels that have none);
+notes each launch of a kernel with sites, in order, with its grid (which the compiled
+kernel's ``launch_metadata`` adds for the hook while launches are logged);
 ``iris_trace.sites.name_launches`` pairs them with the tags. Launches that bypass
 Triton's launcher (a replayed CUDA graph) are not noted; their kernels' launches then
 keep their order but no grid.
@@ -30,16 +30,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import weakref
 
 from . import call_sites
 
-#: What ``intrinsics.call_site()`` compiles to before this pass; the marker's version
-#: is part of Triton's cache key (it is in the recorder's source), so a change to the pass
+#: The pass's version, in the marker every placeholder carries: the placeholder is a
+#: constant the recorder reads, so it is part of every traced kernel's cache key (and
+#: Triton 3.9 asks the pass for its share of the key), and a change to the pass
 #: recompiles every traced kernel.
-PLACEHOLDER_ASM = "mov.u32 $0, 0; // iris.site/1"
-_PASS_VERSION = "iris.site/1"
-_MARKER = "// " + _PASS_VERSION
+PASS_VERSION = "iris.site/2"
+MARKER = "// " + PASS_VERSION
+#: What ``intrinsics.call_site()`` compiles to before this pass.
+PLACEHOLDER_ASM = "mov.u32 $0, 0; " + MARKER
 _PLACEHOLDER_IN_IR = re.escape('asm sideeffect "' + PLACEHOLDER_ASM + '"')
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,7 +51,7 @@ def assign_sites(llir: str) -> tuple[str, list[list]]:
     Example:
         >>> llir, sites = assign_sites(llir)
     """
-    if _MARKER not in llir:
+    if MARKER not in llir:
         return llir, []
     kernel = re.search(r"^define [^@]*@\"?([\w.$]+)\"?\(", llir, re.M).group(1)
     nodes = dict(re.findall(r"^!(\d+) = (?:distinct )?(.*)$", llir, re.M))
@@ -114,35 +115,32 @@ def _register_loaded(module, function, name, metadata_group, hash) -> None:
             sites = json.load(handle).get("iris_sites") or []
     except (OSError, ValueError):
         return
-    for _, file, line in sites:
-        call_sites.register(str(name), str(file), int(line))
+    for site, file, line in sites:
+        call_sites.remember(site, str(name), str(file), int(line))
     if sites:
         _WITH_SITES.add(function)
 
 
-#: Every kernel (``JITFunction``) compiled in this process, and the launch functions of those with sites.
-_COMPILED: weakref.WeakSet = weakref.WeakSet()
+#: The launch functions of kernels with sites (their launches are logged).
 _WITH_SITES: set[int] = set()
-#: Kernels whose ``launch_metadata`` is ours for as long as launches are logged.
-_GIVEN_METADATA: list = []
 
 
-def _note_compiled(*args, **kwargs) -> None:
-    # Triton's post-compile hook: remember the kernel, so its grid can be read while logging.
-    function = kwargs["fn"].jit_function
-    _COMPILED.add(function)
-    if call_sites.LAUNCHES.on:
-        _give_grid_metadata(function)
-
-
-def _launch_grid(grid, metadata, args) -> dict:
+def _grid_of(grid) -> dict:
     return {"iris_grid": tuple(grid)}
 
 
-def _give_grid_metadata(function) -> None:
-    if getattr(function, "launch_metadata", None) is None:
-        function.launch_metadata = _launch_grid
-        _GIVEN_METADATA.append(function)
+def _launch_metadata_with_grid(original):
+    # CompiledKernel.launch_metadata, adding the grid of a kernel with sites (the launch
+    # hook sees only what this returns, and Triton adds the grid only for a kernel that
+    # has a launch_metadata function of its own).
+    def launch_metadata(self, grid, stream, *args):
+        data = original(self, grid, stream, *args)
+        if data is not None and self.function in _WITH_SITES:
+            data.add(_grid_of, (grid,))
+        return data
+
+    launch_metadata.iris_original = original
+    return launch_metadata
 
 
 def _note_launch(launch_metadata) -> None:
@@ -161,44 +159,21 @@ def log_launches(on: bool) -> None:
         >>> log_launches(True)
     """
     from triton import knobs
+    from triton.compiler.compiler import CompiledKernel
 
     call_sites.LAUNCHES.on = bool(on)
+    current = CompiledKernel.launch_metadata
     if on:
-        for function in list(_COMPILED):
-            _give_grid_metadata(function)
+        if not hasattr(current, "iris_original"):
+            CompiledKernel.launch_metadata = _launch_metadata_with_grid(current)
         knobs.runtime.launch_enter_hook.add(_note_launch)
     else:
         knobs.runtime.launch_enter_hook.remove(_note_launch)
-        while _GIVEN_METADATA:
-            function = _GIVEN_METADATA.pop()
-            if function.launch_metadata is _launch_grid:
-                function.launch_metadata = None
-
-
-def chain_post_compile_hook(hook) -> None:
-    """Run ``hook`` after every compile, after the post-compile hook already installed (Triton keeps one).
-
-    Example:
-        >>> chain_post_compile_hook(lambda **info: print(info["key"]))
-    """
-    from triton import knobs
-
-    previous = knobs.runtime.jit_post_compile_hook
-    if previous is hook or hook in getattr(previous, "iris_chain", ()):
-        return
-
-    def both(*args, **kwargs):
-        if previous is not None:
-            previous(*args, **kwargs)
-        return hook(*args, **kwargs)
-
-    both.iris_chain = (*getattr(previous, "iris_chain", (previous,)), hook)
-    knobs.runtime.jit_post_compile_hook = both
+        CompiledKernel.launch_metadata = getattr(current, "iris_original", current)
 
 
 def install() -> None:
-    """Add the site pass to Triton's compiler, the load hook that reads sites back and the
-    post-compile hook that remembers kernels for :func:`log_launches` (idempotent).
+    """Add the site pass to Triton's compiler and the load hook that reads sites back (idempotent).
 
     A stages hook installed before is kept and runs first.
     """
@@ -211,7 +186,7 @@ def install() -> None:
     def add_stages(backend=None, stages=None, options=None, language=None, capability=None):
         if stages is None:  # Triton 3.9 asks each launch and compile for the hook's share of the cache key
             key, digest = previous() if previous is not None else ("", "")
-            return key + "-" + _PASS_VERSION, digest + _PASS_VERSION
+            return key + "-" + PASS_VERSION, digest + PASS_VERSION
         if previous is not None:
             previous(backend, stages, options, language, capability)
         _site_stage(stages, options, language, capability)
@@ -219,4 +194,3 @@ def install() -> None:
     add_stages.iris_sites = True
     knobs.runtime.add_stages_inspection_hook = add_stages
     knobs.runtime.kernel_load_end_hook.add(_register_loaded)
-    chain_post_compile_hook(_note_compiled)

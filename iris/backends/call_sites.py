@@ -26,9 +26,18 @@ def register(kernel: str, file: str, line: int) -> int:
         >>> SITES[site].line
         42
     """
-    site = schema.site_id(kernel, file, line)
-    SITES.setdefault(site, Site(str(kernel), str(file), int(line)))
-    return site
+    return remember(schema.site_id(kernel, file, line), kernel, file, line)
+
+
+def remember(site: int, kernel: str, file: str, line: int) -> int:
+    """Put call site ``site`` in :data:`SITES` as a compiled kernel names it (its id as given).
+
+    Example:
+        >>> remember(4102, "my_kernel", "/work/app.py", 42)
+        4102
+    """
+    SITES.setdefault(int(site), Site(str(kernel), str(file), int(line)))
+    return int(site)
 
 
 class LaunchLog:

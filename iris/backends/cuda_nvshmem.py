@@ -32,7 +32,6 @@ import os
 import torch
 
 from .. import _env
-from ._cuda_call_sites import chain_post_compile_hook
 from .base import Allocation
 from .cuda_ipc import _PAGE, CudaBackend
 
@@ -190,6 +189,7 @@ def _link_nvshmem_into_every_kernel(device_library: str) -> None:
     parsing is the one place every launch passes through, so the libraries are added
     there, and they become part of each kernel's cache key. Idempotent.
     """
+    import triton
     from triton.backends.nvidia.compiler import CUDABackend as TritonCudaCompiler
 
     parse = TritonCudaCompiler.parse_options
@@ -206,7 +206,7 @@ def _link_nvshmem_into_every_kernel(device_library: str) -> None:
 
     parse_options.iris_links_nvshmem = True
     TritonCudaCompiler.parse_options = parse_options
-    chain_post_compile_hook(_initialise_module)
+    triton.knobs.runtime.jit_post_compile_hook = _initialise_module
 
 
 def _initialise_module(*args, **kwargs) -> None:

@@ -1,7 +1,7 @@
 """Compile a traced kernel with two call sites for Hopper (sm_90) and print what the site pass gave it.
 
 Needs no GPU. Prints one JSON object: the kernel's ``iris_sites`` metadata, the site ids
-its PTX moves (``mov.u32 ..., <id>; // iris.site/1``), how often it reads ``%gridid``, and
+its PTX moves (``mov.u32 ..., <id>;`` with the pass's marker), how often it reads ``%gridid``, and
 the call lines (from this file's source) that the sites should name.
 
     IRIS_BACKEND=cuda python tests/codegen/call_sites.py
@@ -23,6 +23,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 import iris
+from iris.backends._cuda_call_sites import MARKER
 
 
 @triton.jit
@@ -49,9 +50,9 @@ if __name__ == "__main__":
         "call_lines": calls,
         "sites": getattr(traced.metadata, "iris_sites", None),
         "ptx_site_ids": [
-            int(i) for i in re.findall(r"mov\.u32 \S+, (\d+); // iris\.site/1", traced.asm["ptx"])
+            int(i) for i in re.findall(r"mov\.u32 \S+, (\d+); " + re.escape(MARKER), traced.asm["ptx"])
         ],
         "gridid_reads": traced.asm["ptx"].count("%gridid"),
-        "untraced_markers": plain.asm["ptx"].count("iris.site"),
+        "untraced_markers": plain.asm["ptx"].count(MARKER),
     }
     print(json.dumps(report))

@@ -5,10 +5,11 @@ The host runtime lives where upstream keeps it (``iris.host.iris``,
 those paths are real modules. Upstream's other paths name modules this package splits
 or names differently: its logging module (``iris.host.logging.logging`` is
 ``iris.host.log``), its event ids (``iris.host.tracing.events``), its device API under
-``iris.mem.triton`` / ``iris.device.triton`` (here ``iris.device``), its ccl helpers
-(``iris.ccl.utils``). Each
-is registered here as the module that does its job, or a small module object naming
-those; nothing here has code of its own.
+``iris.mem.triton`` / ``iris.device.triton`` (here ``iris.device``), its Gluon device
+API's module path ``iris.mem.gluon`` (here ``iris.device.gluon``; ``iris.gluon`` is a
+module of its own), its ccl helpers (``iris.ccl.utils``). Each is registered here as the
+module that does its job, or a small module object naming those; nothing here has code
+of its own.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def register() -> None:
     from . import device, host
     from .ccl import config as ccl_config
     from .ccl import runtime as ccl_runtime
-    from .device import context, rma, tiles, tracing
+    from .device import context, gluon, rma, tiles, tracing
     from .device import utils as device_utils
     from .host import iris as _host_iris  # noqa: F401  (iris.host.iris: upstream's module of the Iris class)
     from .host import log
@@ -62,12 +63,24 @@ def register() -> None:
         extract_group_info=ccl_runtime.extract_group_info,
         ReduceOp=ccl_config.ReduceOp,
     )
+    gluon_api = {"IrisDeviceCtx": gluon.IrisDeviceCtx, "GluonDeviceTracing": gluon.GluonDeviceTracing}
+    mem_gluon = _alias(
+        "iris.mem.gluon",
+        "Alias of iris.device.gluon.",
+        Context=gluon.IrisDeviceCtx,
+        context=gluon,
+        **gluon_api,
+    )
     modules = {
+        "iris.mem.gluon": mem_gluon,
+        "iris.mem.gluon.context": gluon,
         "iris.host.logging": host_logging,
         "iris.host.logging.logging": log,
         "iris.host.tracing.events": events,
         "iris.ccl.utils": ccl_utils,
-        "iris.mem": _alias("iris.mem", "Alias of the device API.", triton=mem_triton, utils=device_utils),
+        "iris.mem": _alias(
+            "iris.mem", "Alias of the device API.", triton=mem_triton, gluon=mem_gluon, utils=device_utils
+        ),
         "iris.mem.triton": mem_triton,
         "iris.mem.triton.context": context,
         "iris.mem.triton.types": tiles,

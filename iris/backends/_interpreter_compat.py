@@ -60,6 +60,9 @@ Each fix changes nothing where the interpreter already works:
 - **Element types.** The interpreter built its table of NumPy types (twenty hashed
   Triton types) at every lookup, tens of thousands per collective; the table is now
   built once per type.
+- **Gluon kernels.** ``@gluon.jit`` kernels cannot be interpreted (Triton 3.6 then
+  looks for a GPU driver and fails with "0 active drivers"); launching one raises an
+  error that says so and what to do instead.
 - **Aggregate methods.** Triton's ``_aggregate`` attaches only compiled-mode
   ``JITFunction`` members; under the interpreter they are ``InterpretedFunction``
   objects and would be dropped (:func:`finish_aggregate` attaches them).
@@ -552,6 +555,24 @@ def _as_method(interpreted):
     return method
 
 
+def _refuse_gluon_launches() -> None:
+    try:
+        from triton.experimental.gluon._runtime import GluonJITFunction
+    except ImportError:
+        return
+    if getattr(GluonJITFunction.run, "_iris_refuses", False):
+        return
+
+    def run(self, *args, **kwargs):
+        raise RuntimeError(
+            f"iris: Gluon kernel {self.fn.__name__!r} cannot run under the emulation backend: "
+            "Triton's interpreter runs @triton.jit kernels only; run it with IRIS_BACKEND=cuda on a GPU"
+        )
+
+    run._iris_refuses = True
+    GluonJITFunction.run = run
+
+
 def apply() -> None:
     """Install every fix once per process."""
     global _applied
@@ -566,3 +587,4 @@ def apply() -> None:
     _patch_generic_reduce()
     _patch_unread_overflow_checks()
     _patch_element_type_lookup()
+    _refuse_gluon_launches()

@@ -117,7 +117,7 @@ def launch_tag():
 @triton.jit
 def static_timeout_ns():
     """The import-time wait timeout (ns) for waits without ``heap_bases``."""
-    return tl.full([], STATIC_TIMEOUT_NS, tl.int64)
+    return tl.cast(STATIC_TIMEOUT_NS, tl.int64)
 
 
 @triton.jit

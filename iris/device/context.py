@@ -86,6 +86,9 @@ class DeviceContext:
 
     rank: tl.tensor
     world_size: tl.tensor
+    #: ``rank`` and ``world_size`` under upstream's names (its Gluon context's fields).
+    cur_rank: tl.tensor
+    num_ranks: tl.tensor
     heap_bases: tl.tensor
     pid_m: tl.tensor
     pid_n: tl.tensor
@@ -95,6 +98,8 @@ class DeviceContext:
     def __init__(self, rank, world_size, heap_bases, pid_m, pid_n):
         self.rank = rank
         self.world_size = world_size
+        self.cur_rank = rank
+        self.num_ranks = world_size
         self.heap_bases = heap_bases
         self.pid_m = pid_m
         self.pid_n = pid_n
@@ -115,7 +120,7 @@ class DeviceContext:
         heap_bases = layout.heap_bases_of(context_tensor).to(
             _heap_bases_type(context_tensor.dtype), bitcast=True
         )
-        no_tile = tl.full([], -1, tl.int32)
+        no_tile = tl.cast(-1, tl.int32)
         return DeviceContext(
             tl.cast(rank, tl.int32), tl.cast(world_size, tl.int32), heap_bases, no_tile, no_tile
         )

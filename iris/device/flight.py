@@ -146,7 +146,7 @@ def _linear_pid():
 def _value_of(value):
     as_int = tl.cast(value, tl.int64)
     if blocks.is_block(as_int.type):
-        return tl.zeros([], tl.int64)
+        return tl.cast(0, tl.int64)
     else:
         return as_int
 
@@ -163,9 +163,8 @@ def _entry(seq, kind, sub, cur_rank, target_rank, sm, offset, value, when, extra
         | ((sm.to(tl.int64) & 0xFFFF) << 48)
     )
     where = (_linear_pid().to(tl.int64) & 0xFFFFFFFF) | (op_id(op) << 32)
-    word = tl.arange(0, ENTRY_WORDS)
-    data = tl.zeros([ENTRY_WORDS], tl.int64)
-    data = tl.where(word == 0, seq, data)
+    word = blocks.word_lanes(ENTRY_WORDS)
+    data = tl.where(word == 0, seq, tl.cast(0, tl.int64))
     data = tl.where(word == 1, ident, data)
     data = tl.where(word == 2, where, data)
     data = tl.where(word == 3, offset, data)
@@ -294,10 +293,10 @@ def expire(heap_bases, pointer, cmp: tl.constexpr, value, seen, waited_ns, timeo
     program's threads would have to reach together. The winning thread writes the whole
     report; the others go back to spinning until its trap stops the kernel.
     """
-    won = tl.full([], 1, tl.int32)
+    won = tl.cast(1, tl.int32)
     sm = hw.sm_id()
     pid = _linear_pid()
-    rank = tl.full([], -1, tl.int64)
+    rank = tl.cast(-1, tl.int64)
     offset = pointer.to(tl.int64)
     if heap_bases is not None:
         slots = layout.flight_slots(heap_bases)
@@ -317,16 +316,16 @@ def expire(heap_bases, pointer, cmp: tl.constexpr, value, seen, waited_ns, timeo
             hw.store_alone(records + report_word("rank"), rank)
             hw.store_alone(records + report_word("sm"), sm)
             hw.store_alone(records + report_word("pid"), pid)
-            hw.store_alone(records + report_word("op"), tl.full([], op_id(op), tl.int64))
+            hw.store_alone(records + report_word("op"), tl.cast(op_id(op), tl.int64))
             hw.store_alone(records + report_word("offset"), offset)
             hw.store_alone(records + report_word("expected"), value)
             hw.store_alone(records + report_word("seen"), seen)
-            hw.store_alone(records + report_word("cmp"), tl.full([], cmp_id(cmp), tl.int64))
+            hw.store_alone(records + report_word("cmp"), tl.cast(cmp_id(cmp), tl.int64))
             hw.store_alone(records + report_word("waited_ns"), waited_ns)
             hw.store_alone(records + report_word("written_ns"), hw.timer_ns())
             hw.store_alone(records + report_word("timeout_ns"), timeout)
             # Every field reaches host memory before the state word says they are there.
             hw.fence_system()
-            hw.store_alone(records + report_word("state"), tl.full([], 1, tl.int64))
+            hw.store_alone(records + report_word("state"), tl.cast(1, tl.int64))
             hw.fence_system()
     hw.wait_expired(won, rank, sm, pid, op, offset, value, seen, cmp, waited_ns, timeout)

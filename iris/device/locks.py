@@ -37,7 +37,7 @@ def acquire_lock(lock, cur_rank, owner, heap_bases, op: tl.constexpr):
     # One compare-and-swap site: with two (before the loop and in it) the compiler merges
     # their flight-record code into a loop with two entries, and the CTA barriers in it
     # then stop matching on GPUs (a wait later in the kernel hung until its timeout).
-    old = tl.full([], _HELD, tl.int32)
+    old = tl.cast(_HELD, tl.int32)
     while old != _FREE:
         old = rma.atomic_cas(lock, _FREE, _HELD, cur_rank, owner, heap_bases, sem="acquire", scope="sys")
         if old != _FREE:

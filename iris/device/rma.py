@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ..config import DEBUG as _DEBUG
-from . import atomic_ops, crossnode, flight, layout, tracing
+from . import atomic_ops, blocks, crossnode, flight, layout, tracing
 from . import intrinsics as hw
 
 DEBUG: tl.constexpr = tl.constexpr(_DEBUG)
@@ -876,7 +876,7 @@ def _spin_watched(
     # Returns the flag and when the wait was first seen to be slow (0: never).
     seen = _poll(polled, scope, heap_bases, far_rank)
     spins = 0
-    started = tl.zeros([], tl.int64)
+    started = tl.cast(0, tl.int64)
     while not _satisfied(seen, cmp, value):
         spins += 1
         if spins % flight.CHECK_EVERY == 0:
@@ -935,7 +935,7 @@ def wait_until(
     if heap_bases is not None:
         start = tracing.begin(heap_bases)
         caller = layout.cur_rank(heap_bases)
-        far_rank = tl.full([], -1, tl.int64)
+        far_rank = tl.cast(-1, tl.int64)
         path = tracing.PATH_MAPPED
         if from_rank is None:
             polled = pointer
@@ -982,7 +982,7 @@ def wait_until(
         )
         # Threads left the loop at their own polls, so each has its own slow_since; the
         # CTA-wide max makes the branch uniform (the records below use CTA barriers).
-        slow_since = tl.max(tl.full([MAX_THREADS], slow_since, tl.int64), axis=0)
+        slow_since = tl.max(blocks.spread(slow_since, MAX_THREADS, tl.int64), axis=0)
         if slow_since != 0:
             flight.clear_waiting(heap_bases)
             flight.record(

@@ -164,7 +164,7 @@ def begin(heap_bases):
     clock. The host flips the flag only between launches, so before and after agree.
     A dead constant when tracing is compiled out.
     """
-    start = tl.full([], -1, tl.int64)
+    start = tl.cast(-1, tl.int64)
     if compiled_in(heap_bases.dtype):
         if enabled(heap_bases):
             start = hw.timer_ns()
@@ -206,11 +206,17 @@ def _touched(ptr, mask, local_base):
         if blocks.rank_of(ptr.type) <= 3:
             # Sums do not care about order, so the reshapes may reorder elements.
             firsts = tl.where(blocks.row_major_index(ptr) == 0, addresses, 0)
-            flat_firsts = tl.reshape(firsts, [blocks.numel(ptr.type)], can_reorder=True)
-            if mask is None:
+            if blocks.in_gluon():
+                first = blocks.sum_all(firsts)
+                count = blocks.numel(ptr.type)
+                if mask is not None:
+                    count = blocks.sum_all(tl.broadcast_to(mask != 0, ptr.shape).to(tl.int64))
+            elif mask is None:
+                flat_firsts = tl.reshape(firsts, [blocks.numel(ptr.type)], can_reorder=True)
                 first = tl.reduce(flat_firsts, 0, _add)
                 count = blocks.numel(ptr.type)
             else:
+                flat_firsts = tl.reshape(firsts, [blocks.numel(ptr.type)], can_reorder=True)
                 active = tl.broadcast_to(mask != 0, ptr.shape).to(tl.int64)
                 flat_active = tl.reshape(active, [blocks.numel(ptr.type)], can_reorder=True)
                 first, count = tl.reduce((flat_firsts, flat_active), 0, _add_pairs)
@@ -305,7 +311,7 @@ def record(
         stop = hw.timer_ns()
     cur_rank = layout.cur_rank(heap_bases)
     offset, nbytes = _touched(ptr, mask, layout.heap_base(heap_bases, cur_rank))
-    written = tl.full([], -1, tl.int64)
+    written = tl.cast(-1, tl.int64)
     # A fully masked-off block op moved nothing: it is not an event.
     if nbytes != 0:
         slots = layout.tracing_slots(heap_bases)
@@ -539,11 +545,11 @@ def _event_words(
         ended = tl.cast(stop, tl.int64)
     cur_rank = layout.cur_rank(heap_bases)
     if address is None:
-        offset = tl.full([], -1, tl.int64)
-        size = tl.full([], 0, tl.int64)
+        offset = tl.cast(-1, tl.int64)
+        size = tl.cast(0, tl.int64)
     else:
         offset = address.to(tl.int64) - layout.heap_base(heap_bases, cur_rank)
-        size = tl.full([], blocks.element_bytes(address.type), tl.int64)
+        size = tl.cast(blocks.element_bytes(address.type), tl.int64)
     if nbytes is not None:
         size = tl.cast(nbytes, tl.int64)
     ident = _ident(event, cur_rank, target_rank, hw.sm_id(), path, sub)
@@ -568,8 +574,8 @@ def reserve(heap_bases, count):
         >>> push_tile(...)
         >>> tracing.write_reserved(heap_bases, reservation, 0, start, tracing.STORE, peer, first, nbytes)
     """
-    first = tl.zeros([], tl.int32)
-    region = tl.zeros([], tl.int32)
+    first = tl.cast(0, tl.int32)
+    region = tl.cast(0, tl.int32)
     if compiled_in(heap_bases.dtype):
         if count > 0:
             _, region, _, counters, _, _ = _region_buffers(layout.tracing_slots(heap_bases))
@@ -765,7 +771,7 @@ def record_event_start(
         >>> ...
         >>> tracing.record_event_end(heap_bases, handle)
     """
-    handle = tl.full([], -1, tl.int64)
+    handle = tl.cast(-1, tl.int64)
     if compiled_in(heap_bases.dtype):
         if enabled(heap_bases):
             now = hw.timer_ns()

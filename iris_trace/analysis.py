@@ -680,6 +680,12 @@ def trace_notes(trace) -> list[str]:
         )
     if sum(trace.dropped):
         notes.append(f"{sum(trace.dropped)} events were dropped (per rank {trace.dropped}): raise max_events")
+    for site in getattr(trace, "shared_sites", []):
+        named = trace.sites.get(site)
+        notes.append(
+            f"call site id {site} is the hash of two source lines (ids have 24 bits): its events say "
+            f"{named.label if named else 'unknown'}, which may be the other line of its kernel"
+        )
     return notes
 
 

@@ -87,6 +87,8 @@ class RankTrace:
     sites: dict[int, Site] = field(default_factory=dict)
     #: This rank's launches, by tag (``iris_trace.sites.name_launches``).
     launches: dict[int, Launch] = field(default_factory=dict)
+    #: Site ids that two call sites hashed to: their events name one of the two.
+    shared_sites: list[int] = field(default_factory=list)
 
     def meta(self) -> dict:
         return {
@@ -107,6 +109,7 @@ class RankTrace:
                 str(k): [x.kernel, x.index, None if x.grid is None else list(x.grid)]
                 for k, x in self.launches.items()
             },
+            "shared_sites": list(self.shared_sites),
         }
 
     def save(self, path: str) -> str:
@@ -175,6 +178,7 @@ class RankTrace:
             sample_period=meta["sample_period"],
             sites=meta["sites"],
             launches=meta["launches"],
+            shared_sites=meta["shared_sites"],
         )
 
 
@@ -269,6 +273,7 @@ def _parse_meta(path: str, meta: np.ndarray) -> dict:
         "scope_names": (dict, {}),
         "sites": (dict, {}),
         "launches": (dict, {}),
+        "shared_sites": (list, []),
     }
     out = {}
     for name, (kind, default) in fields.items():
@@ -289,6 +294,8 @@ def _parse_meta(path: str, meta: np.ndarray) -> dict:
     except ValueError:
         raise TraceFileError(f"{path}: its metadata's scope_names are not keyed by scope number") from None
     out["sites"], out["launches"] = _origin_tables(path, out["sites"], out["launches"])
+    if not all(type(site) is int for site in out["shared_sites"]):
+        raise TraceFileError(f"{path}: its metadata's shared_sites are not site ids")
     return out
 
 
@@ -442,6 +449,8 @@ class Trace:
             self.sites.update(rank_trace.sites)
         #: Each rank's launches, by tag (``iris_trace.sites.Launch``).
         self.launches: list[dict[int, Launch]] = [r.launches for r in self.ranks]
+        #: Site ids that two call sites hashed to (their events name one of the two).
+        self.shared_sites: list[int] = sorted({s for r in self.ranks for s in r.shared_sites})
 
     @property
     def shares_a_clock(self) -> bool:

@@ -239,3 +239,26 @@ def test_a_compiled_kernel_carries_each_call_sites_id_fixed_at_compile_time():
     assert [[site, line] for site, _, line in report["sites"]] == sorted(expected)
     assert sorted(report["ptx_site_ids"]) == sorted(site for site, _ in expected)
     assert report["gridid_reads"] >= 1 and report["untraced_markers"] == 0
+
+
+def test_an_id_two_call_sites_share_is_noted_in_the_trace(tmp_path):
+    from iris.backends import call_sites
+
+    shared_id = (1 << 24) - 3  # an id nothing else registers in this process
+    try:
+        call_sites.remember(shared_id, "k", "/app/k.py", 3)
+        call_sites.remember(shared_id, "k", "/copy/of/k.py", 3)  # the same line elsewhere: not shared
+        assert shared_id not in call_sites.SHARED
+        call_sites.remember(shared_id, "k", "/app/k.py", 9)
+        assert shared_id in call_sites.SHARED and call_sites.SITES[shared_id].line == 3
+    finally:
+        call_sites.SITES.pop(shared_id, None)
+        call_sites.SHARED.discard(shared_id)
+    trace = _trace()
+    trace.ranks[0].shared_sites = [7]
+    reloaded = Trace.from_files([r.save(str(tmp_path / f"rank{r.rank}.npz")) for r in trace.ranks])
+    assert reloaded.shared_sites == [7]
+    notes = analyze_trace(reloaded).notes
+    assert any(
+        "call site id 7 is the hash of two source lines" in note and "k · k.py:3" in note for note in notes
+    )

@@ -16,6 +16,9 @@ from iris_trace.sites import Site
 
 #: Call sites this process has compiled or run, by id.
 SITES: dict[int, Site] = {}
+#: Ids that two different call sites hash to (24 bits: rare, but possible): their events
+#: name the first one remembered, and the trace says so.
+SHARED: set[int] = set()
 
 
 def register(kernel: str, file: str, line: int) -> int:
@@ -36,7 +39,10 @@ def remember(site: int, kernel: str, file: str, line: int) -> int:
         >>> remember(4102, "my_kernel", "/work/app.py", 42)
         4102
     """
-    SITES.setdefault(int(site), Site(str(kernel), str(file), int(line)))
+    named = Site(str(kernel), str(file), int(line))
+    first = SITES.setdefault(int(site), named)
+    if first != named and (first.kernel, first.line) != (named.kernel, named.line):
+        SHARED.add(int(site))  # not merely the same line in another copy of its file
     return int(site)
 
 

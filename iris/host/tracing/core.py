@@ -378,5 +378,6 @@ class Tracing:
             sample_period=self.sample_period,
             torch=self._torch_profile,
             sites=sites,
+            shared_sites=sorted(call_sites.SHARED.intersection(sites)),
             launches=name_launches(events, sites, call_sites.LAUNCHES.entries),
         )

@@ -57,6 +57,7 @@ def test_examples_are_numbered_as_documented():
         "15_why_ranks_wait.py",
         "16_torch_profiler.py",
         "17_protocol_checks.py",
+        "18_gluon.py",
     ]
 
 
@@ -114,7 +115,16 @@ def _check_traces_are_clean(folder) -> None:
         assert iris_trace_main(["check", *traces]) == 0
 
 
-@pytest.mark.parametrize("name", [name for name in EXAMPLES if not name.startswith("13_")])
+#: Examples of Gluon kernels, which only GPUs run (the interpreter runs Triton kernels only).
+GPU_ONLY = ("18_gluon.py",)
+
+
+def _runs_here(name: str):
+    skip = pytest.mark.skipif(iris.BACKEND != "cuda", reason="a Gluon kernel: GPUs only")
+    return pytest.param(name, marks=skip) if name in GPU_ONLY else name
+
+
+@pytest.mark.parametrize("name", [_runs_here(name) for name in EXAMPLES if not name.startswith("13_")])
 def test_example_verifies_itself(name, tmp_path):
     verify_example(name, tmp_path, small_world_pool())
     _check_traces_are_clean(tmp_path)

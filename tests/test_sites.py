@@ -262,3 +262,24 @@ def test_an_id_two_call_sites_share_is_noted_in_the_trace(tmp_path):
     assert any(
         "call site id 7 is the hash of two source lines" in note and "k · k.py:3" in note for note in notes
     )
+
+
+def test_prepared_launches_keep_their_fast_path_while_only_the_launch_log_listens():
+    from triton import knobs
+
+    from iris.backends._cuda_call_sites import _note_launch
+    from iris.host import prepared
+
+    def profiler_hook(metadata):
+        pass
+
+    chain = knobs.runtime.launch_enter_hook
+    assert not prepared._hooks_installed()
+    chain.add(_note_launch)
+    try:
+        assert not prepared._hooks_installed()  # tracing's launch log alone: the fast path stays
+        chain.add(profiler_hook)
+        assert prepared._hooks_installed()  # anyone else listening: Triton's launcher, which calls hooks
+    finally:
+        chain.remove(_note_launch)
+        chain.remove(profiler_hook)

@@ -21,8 +21,9 @@ host never sees. While tracing is enabled (:func:`log_launches`), Triton's launc
 notes each launch of a kernel with sites, in order, with its grid (which the compiled
 kernel's ``launch_metadata`` adds for the hook while launches are logged);
 ``iris_trace.sites.name_launches`` pairs them with the tags. Launches that bypass
-Triton's launcher (a replayed CUDA graph) are not noted; their kernels' launches then
-keep their order but no grid.
+Triton's launcher (Iris's prepared launches of its collectives, fused ops and device
+barrier, a replayed CUDA graph) are not noted; their kernels' launches then keep their
+order but no grid.
 """
 
 from __future__ import annotations
@@ -150,6 +151,11 @@ def _note_launch(launch_metadata) -> None:
     data = launch_metadata.get()
     if data.get("function") in _WITH_SITES:
         call_sites.LAUNCHES.note(data["name"], data.get("iris_grid"))
+
+
+# Iris's prepared launches keep their fast path while only this hook is installed
+# (iris.host.prepared): they are not logged.
+_note_launch.iris_launch_log = True
 
 
 def log_launches(on: bool) -> None:

@@ -38,7 +38,8 @@ the kernel:
     overlap where the tiles do not).
 
 Each finding names the check, the ranks, SMs, programs, ops, heap offsets and times
-(microseconds from the trace's first event), and the event indices in the merged trace.
+(microseconds from the trace's first event), the event indices in the merged trace and,
+where the trace knows them, the source lines that issued those events (``iris_trace.sites``).
 Waits the library issues for its own protocols (the device barrier, collectives, fused
 ops) are checked by the first rule and not by the second, whose pattern a library
 handshake at a kernel's start (then its data, then a device barrier) also has.
@@ -138,7 +139,20 @@ def run(trace, checks: tuple[str, ...] | None = None) -> list[Finding]:
         findings += raised_twice(events, origin)
     if "racing-writes" in chosen:
         findings += racing_writes(events, releaser, origin, _launch_steps(trace))
+    origins = getattr(trace, "origins", None)
+    if origins is not None:
+        findings = [_with_call_sites(finding, origins) for finding in findings]
     return sorted(findings, key=lambda f: int(events["start_ns"][f.events[0]]))
+
+
+def _with_call_sites(finding: Finding, origins) -> Finding:
+    # The finding's message ends with the source lines of its events, where known.
+    site_at, _, labels = origins
+    lines = list(dict.fromkeys(labels[site_at[index]] for index in finding.events))
+    lines = [line for line in lines if line != labels[0]]  # labels[0]: unknown
+    if lines:
+        finding.message += f" (call sites: {'; '.join(lines)})"
+    return finding
 
 
 def stale_flags(events: np.ndarray, origin: int = 0) -> list[Finding]:

@@ -143,6 +143,7 @@ def test_each_check_finds_its_planted_mistake(which):
     assert [(name, ranks) for name, ranks, _ in findings] == [(which, culprits)]
     message = findings[0][2]
     assert "heap offset" in message and " us" in message and "SM " in message, message
+    assert "(call sites: " in message and " · test_check.py:" in message, message  # the lines at fault
 
 
 @pytest.mark.parametrize("which", list(check.CHECKS))

@@ -626,24 +626,30 @@ def _by_call_site(events, starts, ends, category, payload, origins, scope_names)
     if not len(events) or not (site_at != labels.index(UNKNOWN)).any():
         return []
     sites, inverse = np.unique(site_at, return_inverse=True)
-    duration = ends - starts
+    inverse = inverse.reshape(-1)
+    n = len(sites)
+    duration = (ends - starts).astype(np.float64)
+    time = {c: np.bincount(inverse, np.where(category == c, duration, 0), n) for c in (COMM, WAIT, COMPUTE)}
+    counts = np.bincount(inverse, minlength=n)
+    moved = np.bincount(inverse, payload.astype(np.float64), n)
     # A launch per rank: each rank's launch of a step is one of them.
     launch_keys = events["cur_rank"].astype(np.int64) << 32 | events["launch"].astype(np.int64)
+    launches = np.bincount(np.unique(np.stack([inverse, launch_keys]), axis=1)[0], minlength=n)
+    ops: list[set[str]] = [set() for _ in range(n)]
+    for k, event_id in np.unique(np.stack([inverse, events["event_id"].astype(np.int64)]), axis=1).T.tolist():
+        ops[k].add(event_name(event_id, scope_names))
     rows = []
     for k, site in enumerate(sites.tolist()):
-        mine = inverse == k
-        ops = sorted({event_name(int(e), scope_names) for e in np.unique(events["event_id"][mine]).tolist()})
-        time = {c: int(duration[mine & (category == c)].sum()) for c in (COMM, WAIT, COMPUTE)}
         rows.append(
             {
                 "site": labels[site],
-                "ops": ",".join(ops),
-                "events": int(mine.sum()),
-                "launches": int(len(np.unique(launch_keys[mine]))),
-                "comm_ns": time[COMM],
-                "wait_ns": time[WAIT],
-                "compute_ns": time[COMPUTE],
-                "bytes_moved": int(payload[mine].sum()),
+                "ops": ",".join(sorted(ops[k])),
+                "events": int(counts[k]),
+                "launches": int(launches[k]),
+                "comm_ns": int(time[COMM][k]),
+                "wait_ns": int(time[WAIT][k]),
+                "compute_ns": int(time[COMPUTE][k]),
+                "bytes_moved": int(moved[k]),
             }
         )
     return sorted(rows, key=lambda r: (-(r["comm_ns"] + r["wait_ns"] + r["compute_ns"]), r["site"]))

@@ -405,27 +405,36 @@ def _atomic_edges(events: np.ndarray) -> list[tuple[int, int]]:
     edges = []
     for releases in _releases_by_flag(events).values():
         releases = releases[~np.isin(events["event_id"][releases], list(_WRITES))]
-        ends = np.maximum.accumulate(events["end_ns"][releases]) if len(releases) else releases
-        for k, index in enumerate(releases.tolist()):
-            if not atomics[index]:
-                continue
-            earlier = releases[: int(np.searchsorted(ends[:k], events["start_ns"][index], side="right"))]
-            others = earlier[events["cur_rank"][earlier] != events["cur_rank"][index]]
-            if len(others):
-                edges.append((int(others[-1]), index))
+        chosen = np.flatnonzero(atomics[releases])
+        if not len(chosen):
+            continue
+        # Releases [0, ended) of the flag ended before the atomic began (ends, in start order,
+        # as a running maximum); of those, the last by another rank is the last before the
+        # run of the atomic's own rank that ends the prefix.
+        ends = np.maximum.accumulate(events["end_ns"][releases])
+        ended = np.minimum(np.searchsorted(ends, events["start_ns"][releases[chosen]], side="right"), chosen)
+        ranks = events["cur_rank"][releases]
+        new_run = np.r_[True, ranks[1:] != ranks[:-1]]
+        run_start = np.maximum.accumulate(np.where(new_run, np.arange(len(ranks)), 0))
+        last = np.maximum(ended - 1, 0)
+        other = np.where(ranks[last] != ranks[chosen], last, run_start[last] - 1)
+        found = (ended > 0) & (other >= 0)
+        edges += zip(releases[other[found]].tolist(), releases[chosen[found]].tolist())
     return edges
 
 
 def _launch_steps(trace) -> np.ndarray:
     """Per event, its launch's step: one id per (kernel, launch index), -1 where not known."""
-    steps = np.full(len(trace.events), -1, dtype=np.int64)
+    keys = trace.events["cur_rank"].astype(np.int64) << 32 | trace.events["launch"].astype(np.int64)
+    unique, inverse = np.unique(keys, return_inverse=True)
     ids: dict[tuple[str, int], int] = {}
-    for rank, launches in enumerate(trace.launches):
-        for tag, launch in launches.items():
-            if launch.kernel:
-                chosen = (trace.events["cur_rank"] == rank) & (trace.events["launch"] == tag)
-                steps[chosen] = ids.setdefault((launch.kernel, launch.index), len(ids))
-    return steps
+    step_of = np.full(len(unique), -1, dtype=np.int64)
+    for k, key in enumerate(unique.tolist()):
+        rank, tag = key >> 32, key & 0xFFFFFFFF
+        launch = trace.launches[rank].get(tag) if rank < len(trace.launches) else None
+        if launch is not None and launch.kernel:
+            step_of[k] = ids.setdefault((launch.kernel, launch.index), len(ids))
+    return step_of[inverse.reshape(-1)]
 
 
 def _launch_spans(events: np.ndarray, steps: np.ndarray | None):

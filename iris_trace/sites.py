@@ -83,11 +83,12 @@ def name_launches(
     if not len(events):
         return {}
     tags, first = np.unique(events["launch"], return_index=True)  # events are sorted by start
-    kernels = {}
-    for tag in tags.tolist():
-        site_ids = np.unique(events["site"][events["launch"] == tag])
-        named = [sites[s].kernel for s in site_ids.tolist() if s != UNKNOWN_SITE and s in sites]
-        kernels[tag] = named[0] if named else ""
+    kernels = dict.fromkeys(tags.tolist(), "")
+    # Each (tag, site) pair once, sites ascending within a tag: a tag's kernel is its first known site's.
+    pairs = np.unique(np.stack([events["launch"].astype(np.int64), events["site"].astype(np.int64)]), axis=1)
+    for tag, site in pairs.T.tolist():
+        if not kernels[tag] and site != UNKNOWN_SITE and site in sites:
+            kernels[tag] = sites[site].kernel
     by_kernel: dict[str, list[int]] = {}
     for tag in tags[np.argsort(first, kind="stable")].tolist():
         by_kernel.setdefault(kernels[tag], []).append(tag)

@@ -10,8 +10,8 @@ on that IR, a step added after Triton's LLVM stage (``knobs.runtime.add_stages_i
 for each copy it walks the chain outward to the first frame outside the ``iris`` package
 (the user's line; the kernel's own line for Iris's kernels), replaces the placeholder
 with that line's id, and lists the sites in the kernel's metadata (``iris_sites``), which
-Triton keeps beside the binary in its cache. A kernel loaded later, from the cache
-too, hands its sites to :data:`iris.backends.call_sites.SITES` when it is loaded.
+Triton keeps beside the binary in its cache. A kernel loaded while tracing is on, from
+the cache too, hands its sites to :data:`iris.backends.call_sites.SITES`.
 
 So the id costs a kernel one immediate move, fixed at compile time, and only in traced
 variants (an untraced kernel has no recorder, so nothing changes in its code).
@@ -170,6 +170,9 @@ def log_launches(on: bool) -> None:
     call_sites.LAUNCHES.on = bool(on)
     current = CompiledKernel.launch_metadata
     if on:
+        # Traced kernels load only once tracing is on, so untraced processes never read
+        # metadata back; the hook stays for the process (it is idempotent).
+        knobs.runtime.kernel_load_end_hook.add(_register_loaded)
         if not hasattr(current, "iris_original"):
             CompiledKernel.launch_metadata = _launch_metadata_with_grid(current)
         knobs.runtime.launch_enter_hook.add(_note_launch)
@@ -179,7 +182,8 @@ def log_launches(on: bool) -> None:
 
 
 def install() -> None:
-    """Add the site pass to Triton's compiler and the load hook that reads sites back (idempotent).
+    """Add the site pass to Triton's compiler (idempotent); :func:`log_launches` adds the
+    load hook that reads a cached kernel's sites back.
 
     A stages hook installed before is kept and runs first.
     """
@@ -199,4 +203,3 @@ def install() -> None:
 
     add_stages.iris_sites = True
     knobs.runtime.add_stages_inspection_hook = add_stages
-    knobs.runtime.kernel_load_end_hook.add(_register_loaded)

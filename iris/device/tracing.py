@@ -211,15 +211,15 @@ def _touched(ptr, mask, local_base):
                 count = blocks.numel(ptr.type)
                 if mask is not None:
                     count = blocks.sum_all(tl.broadcast_to(mask != 0, ptr.shape).to(tl.int64))
-            elif mask is None:
-                flat_firsts = tl.reshape(firsts, [blocks.numel(ptr.type)], can_reorder=True)
-                first = tl.reduce(flat_firsts, 0, _add)
-                count = blocks.numel(ptr.type)
             else:
                 flat_firsts = tl.reshape(firsts, [blocks.numel(ptr.type)], can_reorder=True)
-                active = tl.broadcast_to(mask != 0, ptr.shape).to(tl.int64)
-                flat_active = tl.reshape(active, [blocks.numel(ptr.type)], can_reorder=True)
-                first, count = tl.reduce((flat_firsts, flat_active), 0, _add_pairs)
+                if mask is None:
+                    first = tl.reduce(flat_firsts, 0, _add)
+                    count = blocks.numel(ptr.type)
+                else:
+                    active = tl.broadcast_to(mask != 0, ptr.shape).to(tl.int64)
+                    flat_active = tl.reshape(active, [blocks.numel(ptr.type)], can_reorder=True)
+                    first, count = tl.reduce((flat_firsts, flat_active), 0, _add_pairs)
         else:
             first = tl.min(addresses)
             if mask is None:

@@ -283,3 +283,16 @@ def test_prepared_launches_keep_their_fast_path_while_only_the_launch_log_listen
     finally:
         chain.remove(_note_launch)
         chain.remove(profiler_hook)
+
+
+@pytest.mark.parametrize(
+    "content", ["not json", "[1, 2]", '{"iris_sites": [[1, 2]]}', '{"iris_sites": [["x", "f.py", 3]]}']
+)
+def test_a_cached_kernels_unreadable_metadata_names_no_line_and_breaks_no_launch(tmp_path, content):
+    from iris.backends import _cuda_call_sites, call_sites
+
+    path = tmp_path / "kernel.json"
+    path.write_text(content)
+    before = dict(call_sites.SITES)
+    _cuda_call_sites._register_loaded(None, 1234, "kernel", {"kernel.json": str(path)}, "hash")
+    assert call_sites.SITES == before and 1234 not in _cuda_call_sites._WITH_SITES

@@ -114,11 +114,12 @@ def _register_loaded(module, function, name, metadata_group, hash) -> None:
     try:
         with open(path) as handle:
             sites = json.load(handle).get("iris_sites") or []
-    except (OSError, ValueError):
-        return
-    for site, file, line in sites:
-        call_sites.remember(site, str(name), str(file), int(line))
-    if sites:
+        named = [(int(site), str(file), int(line)) for site, file, line in sites]
+    except (OSError, ValueError, TypeError, AttributeError):
+        return  # unreadable or not ours: the kernel's events name no line
+    for site, file, line in named:
+        call_sites.remember(site, str(name), file, line)
+    if named:
         _WITH_SITES.add(function)
 
 

@@ -32,7 +32,7 @@ def launch(script: str, script_args: list[str], nprocs: int, timeout: float | No
     deadline = None if timeout is None else time.monotonic() + timeout
     exit_code = 0
     while [p.poll() for p in procs].count(None):  # poll every rank, not just the first running one
-        failed = [(rank, p.returncode) for rank, p in enumerate(procs) if p.returncode not in (None, 0)]
+        failed = failures([p.returncode for p in procs])
         timed_out = deadline is not None and time.monotonic() > deadline
         if failed or timed_out:
             if timed_out:
@@ -48,6 +48,21 @@ def launch(script: str, script_args: list[str], nprocs: int, timeout: float | No
     codes = [p.wait() for p in procs]
     _keep_flight_files_of_lost_ranks({p.pid for p in procs})
     return exit_code or next((shell_status(c) for c in codes if c != 0), 0)
+
+
+def failures(returncodes: list[int | None]) -> list[tuple[int, int]]:
+    """The failed ranks' ``(rank, returncode)``, the one to blame first.
+
+    Ranks found failed in one look are ordered with those killed by a signal first: the
+    others' nonzero statuses are usually its consequence (a peer's collective fails when a
+    rank dies), and a launcher polling every 50 ms cannot tell which of them ended first.
+
+    Example:
+        >>> failures([1, -2, None, 0])
+        [(1, -2), (0, 1)]
+    """
+    failed = [(rank, code) for rank, code in enumerate(returncodes) if code not in (None, 0)]
+    return sorted(failed, key=lambda failure: (failure[1] >= 0, failure[0]))
 
 
 def _keep_flight_files_of_lost_ranks(pids: set[int]) -> None:

@@ -391,6 +391,13 @@ def test_a_rank_that_exits_with_a_status_is_named_with_it(tmp_path):
     assert result.returncode == 3 and "iris.run: rank 1 exited with status 3" in result.stderr
 
 
+def test_a_rank_killed_by_a_signal_is_blamed_before_the_peers_that_failed_with_it():
+    from iris.run import failures
+
+    assert failures([1, -signal.SIGINT, None, 0]) == [(1, -signal.SIGINT), (0, 1)]
+    assert failures([None, 3, 2]) == [(1, 3), (2, 2)]
+
+
 def test_a_rank_ended_by_a_crash_is_named_with_what_to_try():
     from iris.run import describe_exit, shell_status
 

@@ -36,33 +36,58 @@ KIB = 1024
 
 
 @triton.jit
-def put_kernel(src, dst, n, cur_rank, world_size, heap_bases, ALL_PEERS: tl.constexpr, BLOCK: tl.constexpr):
+def transfer_kernel(
+    src,
+    dst,
+    n,
+    cur_rank,
+    world_size,
+    heap_bases,
+    GET: tl.constexpr,
+    ALL_PEERS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Put ``src`` into the peers' ``dst``, or (``GET``) get the peers' ``src`` into ``dst``.
+
+    With ``ALL_PEERS`` every peer has its own slot of ``dst``; otherwise only the next rank's.
+    """
     pid = tl.program_id(0)
     for start in range(pid * BLOCK, n, tl.num_programs(0) * BLOCK):
         offsets = start + tl.arange(0, BLOCK)
         mask = offsets < n
         if ALL_PEERS:
             for i in range(1, world_size):
-                peer = (cur_rank + i) % world_size
-                iris.put(src + offsets, dst + cur_rank * n + offsets, cur_rank, peer, heap_bases, mask=mask)
+                _transfer(
+                    src, dst, offsets, mask, n, cur_rank, (cur_rank + i) % world_size, heap_bases, GET, True
+                )
         else:
-            peer = (cur_rank + 1) % world_size
-            iris.put(src + offsets, dst + offsets, cur_rank, peer, heap_bases, mask=mask)
+            _transfer(
+                src, dst, offsets, mask, n, cur_rank, (cur_rank + 1) % world_size, heap_bases, GET, False
+            )
 
 
 @triton.jit
-def get_kernel(src, dst, n, cur_rank, world_size, heap_bases, ALL_PEERS: tl.constexpr, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    for start in range(pid * BLOCK, n, tl.num_programs(0) * BLOCK):
-        offsets = start + tl.arange(0, BLOCK)
-        mask = offsets < n
-        if ALL_PEERS:
-            for i in range(1, world_size):
-                peer = (cur_rank + i) % world_size
-                iris.get(src + offsets, dst + peer * n + offsets, peer, cur_rank, heap_bases, mask=mask)
-        else:
-            peer = (cur_rank + 1) % world_size
-            iris.get(src + offsets, dst + offsets, peer, cur_rank, heap_bases, mask=mask)
+def _transfer(src, dst, offsets, mask, n, cur_rank, peer, heap_bases, GET: tl.constexpr, SLOTS: tl.constexpr):
+    if GET:
+        slot = peer * n if SLOTS else 0
+        iris.get(src + offsets, dst + slot + offsets, peer, cur_rank, heap_bases, mask=mask)
+    else:
+        slot = cur_rank * n if SLOTS else 0
+        iris.put(src + offsets, dst + slot + offsets, cur_rank, peer, heap_bases, mask=mask)
+
+
+def transfer(ctx, src, dst, n, grid, mode, all_peers, block, warps, active=True):
+    """A launch of ``transfer_kernel`` for ``mode`` ("put-..." or "get-..."); a no-op where not ``active``."""
+    rank, world, bases = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_heap_bases()
+    get = mode.startswith("get")
+
+    def launch():
+        if active:
+            transfer_kernel[grid](
+                src, dst, n, rank, world, bases, GET=get, ALL_PEERS=all_peers, BLOCK=block, num_warps=warps
+            )
+
+    return launch
 
 
 def iterations_for(nbytes: int) -> int:
@@ -111,32 +136,12 @@ def run(args) -> dict:
         iters = iterations_for(nbytes)
         grid = (min(triton.cdiv(n, args.block), sms * args.waves),)
         row = {"bytes": nbytes, "iters": iters}
-        for mode, kernel, all_peers in [
-            ("put-uni", put_kernel, False),
-            ("get-uni", get_kernel, False),
-            ("put-one", put_kernel, False),
-            ("get-one", get_kernel, False),
-            ("put-all", put_kernel, True),
-            ("get-all", get_kernel, True),
-        ]:
+        for mode in ("put-uni", "get-uni", "put-one", "get-one", "put-all", "get-all"):
+            all_peers = mode.endswith("all")
             dst.fill_(float("nan"))
             ctx.barrier()
             active = rank == 0 or not mode.endswith("uni")
-            launch = lambda: (
-                kernel[grid](
-                    src,
-                    dst,
-                    n,
-                    rank,
-                    world,
-                    ctx.get_heap_bases(),
-                    ALL_PEERS=all_peers,
-                    BLOCK=args.block,
-                    num_warps=args.warps,
-                )
-                if active
-                else None
-            )
+            launch = transfer(ctx, src, dst, n, grid, mode, all_peers, args.block, args.warps, active)
             seconds = time_loop(ctx, launch, iters)
             moved = nbytes * (world - 1 if all_peers else 1)
             row[mode] = {"us": seconds * 1e6, "GBps": moved / seconds / 1e9}
@@ -204,18 +209,8 @@ def sweep(args) -> dict:
                     else min(triton.cdiv(n, block), ctx.get_cu_count() * waves),
                 )
                 row = {"block": block, "warps": warps, "waves": waves}
-                for mode, kernel in (("put-one", put_kernel), ("get-one", get_kernel)):
-                    launch = lambda: kernel[grid](
-                        src,
-                        dst,
-                        n,
-                        rank,
-                        world,
-                        ctx.get_heap_bases(),
-                        ALL_PEERS=False,
-                        BLOCK=block,
-                        num_warps=warps,
-                    )
+                for mode in ("put-one", "get-one"):
+                    launch = transfer(ctx, src, dst, n, grid, mode, False, block, warps)
                     row[mode] = n * 4 / time_loop(ctx, launch, 20) / 1e9
                 rows.append(row)
                 if rank == 0:
@@ -230,22 +225,8 @@ def sweep(args) -> dict:
             triton.cdiv(n, block) if waves == 0 else min(triton.cdiv(n, block), ctx.get_cu_count() * waves),
         )
         row = {"block": block, "warps": warps, "waves": waves}
-        for mode, kernel in (("put-uni", put_kernel), ("get-uni", get_kernel)):
-            launch = lambda: (
-                kernel[grid](
-                    src,
-                    dst,
-                    n,
-                    rank,
-                    world,
-                    bases,
-                    ALL_PEERS=False,
-                    BLOCK=block,
-                    num_warps=warps,
-                )
-                if rank == 0
-                else None
-            )
+        for mode in ("put-uni", "get-uni"):
+            launch = transfer(ctx, src, dst, n, grid, mode, False, block, warps, active=rank == 0)
             row[mode] = n * 4 / time_loop(ctx, launch, 20) / 1e9
         for cache, evict in (("", ""), ("", "evict_first"), (".cs", ""), (".wt", ""), (".cg", "")):
             if True:

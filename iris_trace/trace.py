@@ -141,7 +141,7 @@ class RankTrace:
         """
         arrays = _read_arrays(path, ("meta", "events", "sync_enable"), ("sync_collect", *TORCH_ARRAYS))
         meta = _parse_meta(path, arrays["meta"])
-        world, rank = meta["world_size"], meta["rank"]
+        world = meta["world_size"]
         events = upgrade(arrays["events"])
         if events.dtype != EVENT_DTYPE or events.ndim != 1:
             raise TraceFileError(f"{path}: events have dtype {events.dtype}, expected the Iris event dtype")
@@ -160,26 +160,8 @@ class RankTrace:
                 profile = TorchProfile.from_arrays(path, arrays)
             except ProfileError as error:
                 raise TraceFileError(str(error)) from None
-        return cls(
-            rank=rank,
-            world_size=world,
-            events=events,
-            sync_enable=sync_enable,
-            sync_collect=sync_collect,
-            torch=profile,
-            dropped=meta["dropped"],
-            device=meta["device"],
-            heap_size=meta["heap_size"],
-            num_sms=meta["num_sms"],
-            scope_names=meta["scope_names"],
-            command=meta["command"],
-            clock_domain=meta["clock_domain"],
-            run=meta["run"],
-            sample_period=meta["sample_period"],
-            sites=meta["sites"],
-            launches=meta["launches"],
-            shared_sites=meta["shared_sites"],
-        )
+        # ``meta`` holds exactly the metadata fields (``_parse_meta``), rank and world size among them.
+        return cls(events=events, sync_enable=sync_enable, sync_collect=sync_collect, torch=profile, **meta)
 
 
 def _read_arrays(path: str, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, np.ndarray]:

@@ -18,7 +18,7 @@ from ..host.prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .device import RANK_ARGS
 from .low_latency import low_latency_launch, payload_bytes
-from .runtime import COPYABLE_DTYPES, check_disjoint, check_tensor, describe_tensor, nbytes
+from .runtime import COPYABLE_DTYPES, check_out_and_inp, check_parts, describe_tensor, nbytes
 from .staged import staged_launch
 
 
@@ -59,17 +59,8 @@ def all_gather(runtime, out, inp, group=None, config=None) -> PreparedLaunch:
         errors: list[str] = []
         protocol = runtime.protocol(errors, state, config, nbytes(inp), payload_bytes(nbytes(inp), out, inp))
         direct = protocol == "direct"
-        usable = check_tensor(errors, ctx, out, "out", COPYABLE_DTYPES, on_heap=direct)
-        usable &= check_tensor(errors, ctx, inp, "inp", COPYABLE_DTYPES, on_heap=False)
-        if usable:
-            if out.dtype != inp.dtype:
-                errors.append(f"out is {out.dtype} but inp is {inp.dtype}")
-            if out.numel() != state.size * inp.numel():
-                errors.append(
-                    f"out has {out.numel()} elements; a group of {state.size} needs "
-                    f"{state.size} x inp.numel() = {state.size * inp.numel()}"
-                )
-            check_disjoint(errors, out, inp, "out and inp")
+        if check_out_and_inp(errors, ctx, out, inp, COPYABLE_DTYPES, out_on_heap=direct, inp_on_heap=False):
+            check_parts(errors, out, "out", inp, "inp", state.size)
         signature = (describe_tensor(out, ctx, direct), describe_tensor(inp, ctx, False), config, protocol)
         runtime.agree(state, signature, errors, "all_gather")
         if protocol == "low_latency":

@@ -43,8 +43,7 @@ from .low_latency import low_latency_launch, payload_bytes
 from .pushed import pushed_launch, tile_bytes
 from .runtime import (
     REDUCIBLE_DTYPES,
-    check_disjoint,
-    check_tensor,
+    check_out_and_inp,
     describe_tensor,
     nbytes,
 )
@@ -367,14 +366,8 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
             errors.append(f"protocol={config.protocol!r} runs only the {runs} variant, not {variant}")
         # Only the direct kernels read peers' inputs; pushed ones still store into outputs.
         inp_on_heap &= protocol == "direct"
-        usable = check_tensor(errors, ctx, out, "out", REDUCIBLE_DTYPES, on_heap=out_on_heap)
-        usable &= check_tensor(errors, ctx, inp, "inp", REDUCIBLE_DTYPES, on_heap=inp_on_heap)
-        if usable:
-            if out.dtype != inp.dtype or out.shape != inp.shape:
-                errors.append(
-                    f"out is {out.dtype} {tuple(out.shape)} but inp is {inp.dtype} {tuple(inp.shape)}"
-                )
-            check_disjoint(errors, out, inp, "out and inp")
+        pair = dict(out_on_heap=out_on_heap, inp_on_heap=inp_on_heap, same_shape=True)
+        if check_out_and_inp(errors, ctx, out, inp, REDUCIBLE_DTYPES, **pair):
             if variant == "atomic" and op is not ReduceOp.SUM:
                 errors.append(f"the atomic variant only sums, not {op.name}")
             if variant == "atomic" and inp.dtype not in ATOMIC_DTYPES:

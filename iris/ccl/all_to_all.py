@@ -20,7 +20,7 @@ from ..host.prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .device import RANK_ARGS
 from .low_latency import low_latency_launch, payload_bytes
-from .runtime import COPYABLE_DTYPES, check_disjoint, check_tensor, describe_tensor
+from .runtime import COPYABLE_DTYPES, check_out_and_inp, describe_tensor
 
 
 @triton.jit(do_not_specialize=RANK_ARGS)
@@ -83,18 +83,12 @@ def all_to_all(runtime, out, inp, group=None, config=None) -> PreparedLaunch:
         payload = payload_bytes(rows * cols * size, out, inp, row_bytes=cols * size)
         protocol = runtime.protocol(errors, state, config, None, payload)
         direct = protocol == "direct"
-        usable = check_tensor(errors, ctx, out, "out", COPYABLE_DTYPES, on_heap=direct)
-        usable &= check_tensor(errors, ctx, inp, "inp", COPYABLE_DTYPES, on_heap=False)
-        if usable:
-            if out.dtype != inp.dtype or out.shape != inp.shape:
-                errors.append(
-                    f"out is {out.dtype} {tuple(out.shape)} but inp is {inp.dtype} {tuple(inp.shape)}"
-                )
-            elif inp.dim() not in (1, 2):
+        pair = dict(out_on_heap=direct, inp_on_heap=False, same_shape=True)
+        if check_out_and_inp(errors, ctx, out, inp, COPYABLE_DTYPES, **pair):
+            if inp.dim() not in (1, 2):
                 errors.append(f"inp must be 1-D or 2-D (M, N x group size), got {inp.dim()}-D")
             elif inp.shape[-1] % state.size:
                 errors.append(f"inp's last dimension {inp.shape[-1]} does not split into {state.size} blocks")
-            check_disjoint(errors, out, inp, "out and inp")
         signature = (describe_tensor(out, ctx, direct), describe_tensor(inp, ctx, False), config, protocol)
         runtime.agree(state, signature, errors, "all_to_all")
         in_stride = inp.stride(0) if inp.dim() == 2 else 0

@@ -24,8 +24,8 @@ from .pushed import pushed_launch, tile_bytes
 from .runtime import (
     REDUCE_SCATTER_PUSHED_AUTO_BYTES,
     REDUCIBLE_DTYPES,
-    check_disjoint,
-    check_tensor,
+    check_out_and_inp,
+    check_parts,
     describe_tensor,
     nbytes,
 )
@@ -51,17 +51,8 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> Prepa
             auto_pushes=nbytes(inp) <= REDUCE_SCATTER_PUSHED_AUTO_BYTES,
         )
         direct = protocol == "direct"
-        usable = check_tensor(errors, ctx, out, "out", REDUCIBLE_DTYPES, on_heap=False)
-        usable &= check_tensor(errors, ctx, inp, "inp", REDUCIBLE_DTYPES, on_heap=direct)
-        if usable:
-            if out.dtype != inp.dtype:
-                errors.append(f"out is {out.dtype} but inp is {inp.dtype}")
-            if inp.numel() != state.size * out.numel():
-                errors.append(
-                    f"inp has {inp.numel()} elements; a group of {state.size} needs "
-                    f"{state.size} x out.numel() = {state.size * out.numel()}"
-                )
-            check_disjoint(errors, out, inp, "out and inp")
+        if check_out_and_inp(errors, ctx, out, inp, REDUCIBLE_DTYPES, out_on_heap=False, inp_on_heap=direct):
+            check_parts(errors, inp, "inp", out, "out", state.size)
         signature = (
             describe_tensor(out, ctx, False),
             describe_tensor(inp, ctx, direct),

@@ -382,6 +382,47 @@ def check_tensor(errors: list[str], ctx, tensor, name: str, dtypes, on_heap: boo
     return len(errors) == before
 
 
+def check_out_and_inp(
+    errors: list[str], ctx, out, inp, dtypes, *, out_on_heap: bool, inp_on_heap: bool, same_shape=False
+) -> bool:
+    """Append what is wrong with a collective's ``out`` and ``inp`` to ``errors``.
+
+    Each must be usable (:func:`check_tensor`), the two of one dtype (and, with
+    ``same_shape``, one shape) and apart in memory. True when both are tensors of one
+    dtype (and shape), so that the caller's checks of their sizes can run.
+
+    Example:
+        >>> errors = []
+        >>> if check_out_and_inp(errors, ctx, out, inp, COPYABLE_DTYPES, out_on_heap=True, inp_on_heap=False):
+        ...     check_sizes(errors, out, inp)
+    """
+    usable = check_tensor(errors, ctx, out, "out", dtypes, on_heap=out_on_heap)
+    usable &= check_tensor(errors, ctx, inp, "inp", dtypes, on_heap=inp_on_heap)
+    if not usable:
+        return False
+    check_disjoint(errors, out, inp, "out and inp")
+    if same_shape and (out.dtype, out.shape) != (inp.dtype, inp.shape):
+        errors.append(f"out is {out.dtype} {tuple(out.shape)} but inp is {inp.dtype} {tuple(inp.shape)}")
+        return False
+    if out.dtype != inp.dtype:
+        errors.append(f"out is {out.dtype} but inp is {inp.dtype}")
+        return False
+    return True
+
+
+def check_parts(errors: list[str], whole, whole_name: str, part, part_name: str, parts: int) -> None:
+    """Append an error unless ``whole`` holds ``parts`` times the elements of ``part``.
+
+    Example:
+        >>> check_parts(errors, out, "out", inp, "inp", group_size)  # all_gather
+    """
+    if whole.numel() != parts * part.numel():
+        errors.append(
+            f"{whole_name} has {whole.numel()} elements; a group of {parts} needs "
+            f"{parts} x {part_name}.numel() = {parts * part.numel()}"
+        )
+
+
 def check_disjoint(errors: list[str], a: torch.Tensor, b: torch.Tensor, names: str) -> None:
     """Append an error when ``a`` and ``b`` share memory."""
     a_start, b_start = a.data_ptr(), b.data_ptr()

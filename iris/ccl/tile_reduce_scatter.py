@@ -36,7 +36,7 @@ from ..device.tiles import tile_coords
 from ..host.prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .config import Config, ReduceOp
-from .runtime import REDUCIBLE_DTYPES, check_disjoint, check_tensor, describe_tensor
+from .runtime import REDUCIBLE_DTYPES, check_out_and_inp, describe_tensor
 
 #: Upstream's tiles and distribution when the call gives no config.
 UPSTREAM_DEFAULT = Config(block_size_m=32, block_size_n=64, swizzle_size=4, all_reduce_distribution=1)
@@ -106,14 +106,9 @@ def tile_reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> 
                 "the full-shape (tile) reduce_scatter runs with protocol 'direct' only, "
                 f"got {config.protocol!r}"
             )
-        usable = check_tensor(errors, ctx, out, "out", REDUCIBLE_DTYPES, on_heap=False)
-        usable &= check_tensor(errors, ctx, inp, "inp", REDUCIBLE_DTYPES, on_heap=True)
-        if usable:
-            if out.dtype != inp.dtype:
-                errors.append(f"out is {out.dtype} but inp is {inp.dtype}")
+        if check_out_and_inp(errors, ctx, out, inp, REDUCIBLE_DTYPES, out_on_heap=False, inp_on_heap=True):
             if inp.dim() != 2:
                 errors.append(f"inp must be 2-D (M, N) in the full-shape form, got {inp.dim()}-D")
-            check_disjoint(errors, out, inp, "out and inp")
         signature = (describe_tensor(out, ctx, False), describe_tensor(inp, ctx, True), op, config)
         runtime.agree(state, signature, errors, "reduce_scatter")
         rows, cols = inp.shape

@@ -358,20 +358,16 @@ class TopologyDiscovery:
         Example:
             >>> topo = TopologyDiscovery(ctx).discover()
         """
-        facts = self._backend.describe_gpu(self._device)
+        facts = dict(self._backend.describe_gpu(self._device))  # Backend.describe_gpu's keys
+        fabric = FabricInfo(*facts.pop("fabric"))
         mine = {
             "gpu": GPUInfo(
                 global_rank=self.rank,
                 local_rank=0,
                 hostname=self._node_name(),
                 gpu_id=self.gpu_id,
-                pci_bus_id=facts["pci_bus_id"],
-                device_name=facts["device_name"],
-                total_memory_mb=facts["total_memory_mb"],
-                numa_node=facts["numa_node"],
-                vendor=facts["vendor"],
-                uuid=facts["uuid"],
-                fabric_info=FabricInfo(*facts["fabric"]),
+                fabric_info=fabric,
+                **facts,
             ).to_dict(),
             "node": {**_link_codes(self._backend.local_links()), **_infiniband()},
         }

@@ -4,7 +4,9 @@ Works for both backends; on GPUs ``torchrun --nproc-per-node N script.py`` works
 If one rank fails, the launcher says which and how (its exit status, or the signal that
 ended it, with what to try next), stops the others, and exits with that rank's status
 (``128 + N`` for a rank ended by signal N, as a shell reports it); so are all of them
-stopped when the launcher itself gets SIGTERM or SIGINT.
+stopped when the launcher itself gets SIGTERM or SIGINT. A rank killed by a signal is
+named before peers that exited with a status at most ``BLAME_GRACE_S`` before it ended:
+those usually failed because it went.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def launch(script: str, script_args: list[str], nprocs: int, timeout: float | No
     exit_code = 0
     while [p.poll() for p in procs].count(None):  # poll every rank, not just the first running one
         failed = failures([p.returncode for p in procs])
+        if failed and failed[0][1] >= 0:
+            failed = _settled_failures(procs)
         timed_out = deadline is not None and time.monotonic() > deadline
         if failed or timed_out:
             if timed_out:
@@ -50,12 +54,28 @@ def launch(script: str, script_args: list[str], nprocs: int, timeout: float | No
     return exit_code or next((shell_status(c) for c in codes if c != 0), 0)
 
 
+#: How long a rank that exited with a status waits for its peers to end before it is named.
+BLAME_GRACE_S = 2.0
+
+
+def _settled_failures(procs) -> list[tuple[int, int]]:
+    # A rank that exits with a status is often a peer of one being killed: its collective
+    # failed when the other closed its connections, which the dying rank does before it ends
+    # (interpreter shutdown). Wait a little for such a rank to end, so it is the one named.
+    give_up = time.monotonic() + BLAME_GRACE_S
+    while time.monotonic() < give_up and None in [p.poll() for p in procs]:
+        if any(p.returncode is not None and p.returncode < 0 for p in procs):
+            break
+        time.sleep(0.05)
+    return failures([p.returncode for p in procs])
+
+
 def failures(returncodes: list[int | None]) -> list[tuple[int, int]]:
     """The failed ranks' ``(rank, returncode)``, the one to blame first.
 
-    Ranks found failed in one look are ordered with those killed by a signal first: the
-    others' nonzero statuses are usually its consequence (a peer's collective fails when a
-    rank dies), and a launcher polling every 50 ms cannot tell which of them ended first.
+    Those killed by a signal come first: the others' nonzero statuses are usually its
+    consequence (a peer's collective fails when a rank dies), and a launcher polling every
+    50 ms cannot tell which of them ended first.
 
     Example:
         >>> failures([1, -2, None, 0])

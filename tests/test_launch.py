@@ -369,7 +369,7 @@ def test_a_rank_killed_mid_run_is_named_and_leaves_only_private_dumps(tmp_path, 
     _, stderr = launcher.communicate(timeout=60)
     assert time.monotonic() - killed < 10, "the job took longer than 10 s to end"
     assert not any(pid_alive(pid) for pid in ranks)
-    assert launcher.returncode == 128 + signum
+    assert launcher.returncode == 128 + signum, stderr[-3000:]
     assert f"iris.run: rank 1 was killed by {signum.name}" in stderr
     # The survivor's own report comes only if it gets to print one before the launcher stops
     # it (under load it may not: the launcher names the rank, above); any report it printed
@@ -389,6 +389,20 @@ def test_a_rank_that_exits_with_a_status_is_named_with_it(tmp_path):
     command = [sys.executable, "-m", "iris.run", "-n", "2", str(script)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 3 and "iris.run: rank 1 exited with status 3" in result.stderr
+
+
+def test_a_rank_dying_by_a_signal_just_after_a_peer_failed_is_the_one_named(tmp_path):
+    # Rank 0 fails first, as a peer does whose collective broke when the dying rank shut down.
+    script = tmp_path / "late.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "if os.environ['RANK'] == '0':\n    time.sleep(0.5)\n    sys.exit(1)\n"
+        "time.sleep(0.8)\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(60)\n"
+    )
+    command = [sys.executable, "-m", "iris.run", "-n", "2", str(script)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 128 + signal.SIGINT, result.stderr
+    assert "iris.run: rank 1 was killed by SIGINT" in result.stderr
 
 
 def test_a_rank_killed_by_a_signal_is_blamed_before_the_peers_that_failed_with_it():

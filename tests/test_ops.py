@@ -661,10 +661,10 @@ def test_repeated_calls_replay_their_plan_with_new_values(multi_world):
 @pytest.mark.codegen
 def test_ops_kernels_compile_for_hopper():
     stdout = run_cuda_script("compile_ops_kernels.py")
-    # 11 kernels (wait_landed twice), untraced and traced, the barrier check, then the
+    # 12 kernels (wait_landed twice), untraced and traced, the barrier check, then the
     # register split beside 3 consumers
     lines = stdout.splitlines()
-    assert len(lines) == 26, stdout
+    assert len(lines) == 28, stdout
     assert "barriers_in_multi_entry_loops {}" in lines, stdout
     # The plain GEMM moves its tiles with bulk tensor copies, traced or not.
     assert sum("matmul_tma[" in line and "bulk_tensor_copies=" in line for line in lines) == 2, stdout

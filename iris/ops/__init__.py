@@ -60,6 +60,8 @@ __all__ = [
     "Ops",
     "OpsNamespace",
     "all_gather_matmul",
+    "all_gather_matmul_hbm_buffer",
+    "all_gather_matmul_hbm_buffer_preamble",
     "all_gather_matmul_preamble",
     "choose_variant",
     "default_config",
@@ -177,6 +179,10 @@ OpsNamespace = Ops
 # Upstream Iris's module-level form of the ops (context first), each in the module of its
 # name; importing it binds ``iris.ops.<op>`` to the function, as upstream's package does.
 from .all_gather_matmul import all_gather_matmul, all_gather_matmul_preamble  # noqa: E402
+from .all_gather_matmul_hbm_buffer import (  # noqa: E402
+    all_gather_matmul_hbm_buffer,
+    all_gather_matmul_hbm_buffer_preamble,
+)
 from .matmul_all_gather import matmul_all_gather, matmul_all_gather_preamble  # noqa: E402
 from .matmul_all_reduce import matmul_all_reduce, matmul_all_reduce_preamble  # noqa: E402
 from .matmul_reduce_scatter import matmul_reduce_scatter, matmul_reduce_scatter_preamble  # noqa: E402

@@ -60,6 +60,8 @@ class FusedWorkspace:
         prepared: whether a call or preamble has described this workspace.
         lock_tiles: tiles upstream's lock array would hold for the last preparation
             (0: none).
+        trace_data: per-program timings of the last traced call, where the op keeps them
+            (:func:`iris.ops.all_gather_matmul_hbm_buffer` with ``trace=True``).
 
     Example:
         >>> ws = FusedWorkspace()
@@ -77,6 +79,7 @@ class FusedWorkspace:
     locks: torch.Tensor | None = None
     prepared: bool = False
     lock_tiles: int = 0
+    trace_data: dict | None = None
 
     def matches(
         self, operation: str, shape: tuple, dtype: torch.dtype, world_size: int, variant: str = ""

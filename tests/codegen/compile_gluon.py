@@ -18,11 +18,12 @@ os.environ.setdefault("IRIS_BACKEND", "cuda")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
 
 import triton
-from iris.gluon import IrisDeviceCtx
 from kernels import gluon_every_op
 from ptx_only import ptx_only
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
+
+from iris.gluon import IrisDeviceCtx
 
 
 def compiled(context_type: str):

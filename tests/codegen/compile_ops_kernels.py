@@ -3,7 +3,8 @@
 The handshake and sum kernels of ``iris.ops.copy_kernels``, the two tracing kernels
 of ``iris.device.dma_trace``, the workgroup-specialised GEMM + all-scatter, the
 plain GEMM through tensor descriptors (GPU-sized tiles) and the kernels of upstream
-Iris's conventions (``pull_gather``, ``tile_reduce_scatter``), untraced and traced: this
+Iris's conventions (``pull_gather``, ``tile_reduce_scatter``, the HBM-staged
+all-gather + GEMM), untraced and traced: this
 catches code that only the interpreter accepts before a GPU run does. No GPU is needed.
 
 It then checks that a consumer can share SMs with the GEMM
@@ -37,6 +38,7 @@ import iris
 from iris.device.dma_trace import dma_record_kernel, dma_start_kernel
 from iris.ops import copy_kernels
 from iris.ops._plans import SHARING_BACKOFF_NS
+from iris.ops.all_gather_matmul_hbm_buffer import hbm_buffer_kernel
 from iris.ops.all_scatter import BOTH, CONSUMER, PRODUCER, workgroup_specialized_kernel
 from iris.ops.config import SM_REGISTERS, split_sm_registers
 from iris.ops.gemm import matmul_tma_kernel
@@ -96,6 +98,17 @@ def kernels(bases: str):
     scatter.update(N="i32", K="i32", stride_pm="i32", stride_pn="i32", context=context, **strides)
     scatter.update(cur_rank="i32", world_size="i32")
     yield "tile_reduce_scatter", tile_reduce_scatter_kernel, scatter, {**square, "EVEN_K": True}
+    staged = {"a_shard": "*bf16", "b": "*bf16", "out": "*bf16", "bias": "*bf16", "staged": "*bf16"}
+    staged.update(flags="*i32", timings="*i64", M="i32", N="i32", **strides, stride_sm="i32", stride_sk="i32")
+    staged.update(stride_bias="i32", cur_rank="i32", heap_bases=bases)
+    stages = dict(M_TILES=32, N_TILES=16, K_BLOCKS=64, K_LOCAL_BLOCKS=16, K_PER_FLAG=8, FETCHERS=32)
+    stages.update(FIRST_FETCHERS=64, STAGES=2, HAS_BIAS=True, TIMINGS=True)
+    yield (
+        "hbm_buffer",
+        hbm_buffer_kernel,
+        staged,
+        {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, **stages},
+    )
 
 
 def fused_signature(bases: str) -> dict:

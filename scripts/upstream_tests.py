@@ -22,6 +22,12 @@ UPSTREAM is a checkout of upstream Iris, or any folder that holds its ``tests/``
 ``import iris`` in upstream's tests always finds this package, never upstream's own.
 Nothing of upstream is kept in this repository.
 
+The copies get one vendor change, the same in every file (:func:`port_launch_options`):
+the launch options only AMD's Triton takes (``waves_per_eu``, ``matrix_instr_nonkdim``,
+``kpack``), which NVIDIA's Triton refuses (``KeyError: Keyword argument ... unrecognised``),
+are dropped from kernel launches (``kernel[grid](..., waves_per_eu=2)``). Each result
+says how many were dropped in its folder; ``--unported`` runs the files exactly as they are.
+
 Several files run at once (``--jobs``); a launch of N ranks takes N GPUs in turn, so
 concurrent launches share GPUs (these are correctness runs, not timings). A launch needs a
 GPU per rank (upstream's runner calls ``torch.cuda.set_device(local_rank)``): rank counts
@@ -33,6 +39,7 @@ short keeps what finished; each failing file keeps the end of its output in it.
 from __future__ import annotations
 
 import argparse
+import ast
 import concurrent.futures
 import functools
 import json
@@ -53,6 +60,8 @@ DIRS = ("unittests", "ccl", "context", "ops", "examples")
 _RANK_LINE = re.compile(r"^\[[A-Za-z_]*(\d+)\]:(.*)$")
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 _OUTCOME = re.compile(r"^(FAILED|ERROR) (\S+)(?: - (.*))?$")
+#: Launch options of AMD's Triton backend that NVIDIA's does not take (the vendor change).
+AMD_LAUNCH_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
 #: Lines of a failing file's rank-0 output kept in the results.
 TAIL_LINES = 60
 #: Upstream's application examples: (folder, entry file, arguments; {n} is the rank count).
@@ -82,6 +91,48 @@ EXAMPLES = (
 EXAMPLE_RANKS = {"31_message_passing": (2,)}
 _FAILED_VALIDATION = re.compile(r"validation failed|failed validation|mismatch|not close", re.IGNORECASE)
 _TIMING = re.compile(r"\d\s*(ms|us|tflops|gb/s)\b", re.IGNORECASE)
+
+
+def port_launch_options(source: str) -> tuple[str, int]:
+    """``source`` with :data:`AMD_LAUNCH_OPTIONS` dropped from kernel launches; and how many.
+
+    A launch is a call of a subscript (``kernel[grid](...)``); the option goes with the
+    comma after it, and the rest of the text is kept as it was.
+
+    Example:
+        >>> port_launch_options("k[g](a, waves_per_eu=2, num_warps=4)")
+        ('k[g](a, num_warps=4)', 1)
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source, 0
+    offsets = [0]
+    for line in source.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(line))
+    cuts = []
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Subscript):
+            for keyword in call.keywords:
+                if keyword.arg in AMD_LAUNCH_OPTIONS:
+                    start = offsets[keyword.lineno - 1] + keyword.col_offset
+                    end = offsets[keyword.end_lineno - 1] + keyword.end_col_offset
+                    cuts.append((start, end + len(re.match(r"\s*,?\s*", source[end:]).group())))
+    for start, end in sorted(cuts, reverse=True):
+        source = source[:start] + source[end:]
+    return source, len(cuts)
+
+
+def port_folder(folder: Path) -> int:
+    """Apply :func:`port_launch_options` to every ``.py`` file below ``folder``; options dropped."""
+    dropped = 0
+    for path in sorted(folder.rglob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+        ported, count = port_launch_options(text)
+        if count:
+            path.write_text(ported, encoding="utf-8", errors="surrogateescape")
+            dropped += count
+    return dropped
 
 
 def rank_lines(output: str) -> dict[int, list[str]]:
@@ -225,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--results", type=Path, help="results JSON (default $OUT/upstream_tests_<card>x<gpus>.json)"
     )
+    parser.add_argument(
+        "--unported", action="store_true", help="run the files as they are (no launch options dropped)"
+    )
     args = parser.parse_args(argv)
 
     if not (args.upstream / "tests" / "run_tests_distributed.py").is_file():
@@ -247,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             ["python", "scripts/upstream_tests.py", *(argv if argv is not None else sys.argv[1:])]
         ),
         "gpus": gpus,
+        "amd_launch_options_dropped": 0,
         "results": [],
     }
     private = Path(tempfile.mkdtemp(prefix="iris-upstream-tests-"))
@@ -254,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         for folder in ("tests", "examples"):
             if (args.upstream / folder).is_dir():
                 shutil.copytree(args.upstream / folder, private / folder, symlinks=True)
+                if not args.unported:
+                    record["amd_launch_options_dropped"] += port_folder(private / folder)
         if args.examples:
             jobs = [
                 (functools.partial(run_example, private, folder, entry, arguments), n)

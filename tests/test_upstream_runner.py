@@ -1,0 +1,52 @@
+"""``scripts/upstream_tests.py``'s one vendor change: AMD-only launch options dropped from launches."""
+
+import ast
+import importlib.util
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location(
+    "upstream_tests", os.path.join(ROOT, "scripts", "upstream_tests.py")
+)
+runner = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(runner)
+
+#: A launch as upstream's examples write it (``matmul_wrapper.py``), and a wrapper's own call.
+LAUNCH = """\
+kk = gemm_kernel[(grid,)](
+    a,
+    b,
+    num_warps=num_warps,
+    waves_per_eu=waves_per_eu,
+    matrix_instr_nonkdim=mfma,
+    kpack=kpack,
+)
+matmul._call(a, waves_per_eu=waves_per_eu, kpack=kpack)
+"""
+
+
+def test_amd_launch_options_are_dropped_from_launches_only():
+    ported, dropped = runner.port_launch_options(LAUNCH)
+    assert dropped == 3
+    launch, wrapper = ast.parse(ported).body
+    assert [k.arg for k in launch.value.keywords] == ["num_warps"]
+    assert [k.arg for k in wrapper.value.keywords] == ["waves_per_eu", "kpack"]
+
+
+def test_the_last_option_of_a_launch_and_one_before_unpacked_options_go_cleanly():
+    assert runner.port_launch_options("k[g](a, kpack=1)") == ("k[g](a, )", 1)
+    assert runner.port_launch_options("k[g](a, waves_per_eu=2, **opts)") == ("k[g](a, **opts)", 1)
+
+
+def test_a_file_with_nothing_to_port_or_that_does_not_parse_is_left_as_it_is():
+    for source in ("k[g](a, num_warps=4)\n", "def broken(:\n    k[g](kpack=1)\n"):
+        assert runner.port_launch_options(source) == (source, 0)
+
+
+def test_a_folder_is_ported_file_by_file(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "wrapper.py").write_text(LAUNCH)
+    (tmp_path / "plain.py").write_text("x = 1\n")
+    assert runner.port_folder(tmp_path) == 3
+    assert "matrix_instr_nonkdim" not in (tmp_path / "sub" / "wrapper.py").read_text()
+    assert (tmp_path / "plain.py").read_text() == "x = 1\n"

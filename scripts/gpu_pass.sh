@@ -32,6 +32,10 @@
 #              and tile-collective suites (CROSSNODE_TESTS) at XN_SIZES (2) ranks, XN_PER_NODE (1)
 #              per node; put/get through mapped pointers and through NVSHMEM.
 #   topology   scripts/show_topology.py at NRANKS (one node, then nodes of two) and its tests.
+#   upstream   upstream Iris's own tests, then its application examples, through
+#              scripts/upstream_tests.py on UPSTREAM (default .upstream/: a copy of upstream's tests/
+#              and examples/, brought along where the machine cannot fetch) at UPSTREAM_RANKS (2, and
+#              4 on 4+ GPUs; one GPU per rank, as upstream's runner takes), UPSTREAM_ARGS added.
 #   tune       the sweeps behind the defaults (TUNE: small large pushed fused_shared fused_split
 #              fused_copies), into tune_<name>_<tag>.json.
 set -u
@@ -188,6 +192,16 @@ if has topology; then
   IRIS_RANKS_PER_NODE=2 timeout 120 python -m iris.run -n "$ranks" scripts/show_topology.py 2>&1 | quiet | tail -12
   IRIS_TEST_WORLD_SIZES=2,$ranks timeout 150 python -m pytest -q -n 4 -p no:cacheprovider -rfEs tests/test_topology.py \
     2>&1 | tail -6
+fi
+if has upstream; then
+  upstream=${UPSTREAM:-.upstream}
+  upstream_ranks=${UPSTREAM_RANKS:-$([ "$gpus" -ge 4 ] && echo "2 4" || echo 2)}
+  # shellcheck disable=SC2086 - the rank counts and arguments are lists
+  for kind in tests examples; do
+    flag=$([ $kind = examples ] && echo --examples)
+    timeout "${UPSTREAM_TIMEOUT:-3000}" python scripts/upstream_tests.py "$upstream" --ranks $upstream_ranks $flag \
+      ${UPSTREAM_ARGS:-} --results "$out/upstream_${kind}_${card:-gpu}x${gpus}.json" 2>&1 | quiet | tail -40
+  done
 fi
 if has tune; then
   for sweep in ${TUNE:-small large pushed}; do

@@ -23,7 +23,8 @@ from .host.iris import Iris, iris
 from .host.launch import spawn
 from .host.log import DEBUG, ERROR, INFO, WARNING, IrisFormatter, logger, set_logger_level
 from .host.platform import hip
-from .host.platform.utils import do_bench
+from .host.memory.tensor_utils import CUDAArrayInterface, tensor_from_ptr
+from .host.platform.utils import do_bench, get_device_id_for_rank, is_simulation_env
 from .host.tracing import kernel_artifacts
 
 BACKEND = config.BACKEND
@@ -32,6 +33,9 @@ Context = device.DeviceContext
 
 _register_upstream_paths()
 kernel_artifacts.enable_from_environment()
+
+# Upstream's namespace holds its fused ops and Gluon API as well (``iris.ops.FusedConfig``).
+from . import gluon, ops  # noqa: E402
 
 __all__ = [
     *device.__all__,
@@ -45,15 +49,21 @@ __all__ = [
     "HostTimeoutError",
     "SettingError",
     "ArgumentCountError",
+    "CUDAArrayInterface",
     "InvalidArgumentError",
     "Iris",
     "IrisFormatter",
     "WaitTimeoutError",
     "do_bench",
+    "get_device_id_for_rank",
+    "gluon",
     "hip",
     "iris",
+    "is_simulation_env",
     "logger",
     "set_logger_level",
+    "ops",
     "spawn",
     "tensor_creation",
+    "tensor_from_ptr",
 ]

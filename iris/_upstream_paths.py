@@ -7,9 +7,9 @@ or names differently: its logging module (``iris.host.logging.logging`` is
 ``iris.host.log``), its event ids (``iris.host.tracing.events``), its device API under
 ``iris.mem.triton`` / ``iris.device.triton`` (here ``iris.device``), its Gluon device
 API's module path ``iris.mem.gluon`` (here ``iris.device.gluon``; ``iris.gluon`` is a
-module of its own), its ccl helpers (``iris.ccl.utils``). Each is registered here as the
-module that does its job, or a small module object naming those; nothing here has code
-of its own.
+module of its own) and its ``iris.experimental``, its ccl helpers (``iris.ccl.utils``).
+Each is registered here as the module that does its job, or a small module object
+naming those; nothing here has code of its own.
 """
 
 from __future__ import annotations
@@ -71,7 +71,11 @@ def register() -> None:
         context=gluon,
         **gluon_api,
     )
+    experimental = _alias(
+        "iris.experimental", "Upstream's home of the Gluon API: iris.gluon here.", gluon_context=gluon
+    )
     modules = {
+        "iris.experimental": experimental,
         "iris.mem.gluon": mem_gluon,
         "iris.mem.gluon.context": gluon,
         "iris.host.logging": host_logging,
@@ -95,4 +99,5 @@ def register() -> None:
     host_tracing.events = events
     iris.ccl.utils = ccl_utils
     iris.mem = modules["iris.mem"]
+    iris.experimental = experimental
     device.triton = mem_triton

@@ -130,6 +130,52 @@ def test_upstream_names_and_module_paths():
     assert tensors is iris.host.memory.tensors
 
 
+UPSTREAM_TOP_LEVEL = (
+    "get_device_id_for_rank CUDAArrayInterface tensor_from_ptr experimental ops gluon is_simulation_env "
+    "do_bench hip tensor_creation set_logger_level logger"
+).split()
+
+
+def test_upstreams_top_level_names_come_with_import_iris():
+    # A fresh interpreter: nothing but ``import iris`` has run (``iris.ops.FusedConfig`` at once).
+    code = f"import iris; print([n for n in {UPSTREAM_TOP_LEVEL!r} if not hasattr(iris, n)])"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "[]", result.stderr[-2000:]
+    from iris.experimental import gluon_context
+
+    assert gluon_context is iris.device.gluon and iris.ops.FusedConfig is iris.ops.config.FusedConfig
+
+
+def test_a_tensor_over_an_address_shares_its_memory_and_checks_its_size():
+    from iris.host.memory.tensor_utils import tensor_from_ptr
+
+    x = torch.arange(8, dtype=torch.float32)
+    view = tensor_from_ptr(x.data_ptr(), 32, device="cpu")
+    view[0] = 42
+    assert x[0] == 42 and view.shape == (8,)
+    halves = torch.ones(4, dtype=torch.bfloat16)
+    assert iris.tensor_from_ptr(halves.data_ptr(), 8, torch.bfloat16, "cpu", (2, 2)).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="needs 16 bytes, more than size_bytes=8"):
+        tensor_from_ptr(x.data_ptr(), 8, torch.float32, "cpu", (4,))
+    with pytest.raises(ValueError, match="ptr must be a positive int"):
+        iris.CUDAArrayInterface(0, 8)
+
+
+def test_the_device_of_a_rank_wraps_only_where_ranks_share_devices(monkeypatch):
+    assert iris.get_device_id_for_rank(5) == 5 and not iris.is_simulation_env()
+    monkeypatch.setenv("IRIS_SIMULATION", "yes")
+    assert iris.is_simulation_env()
+    from iris.host.platform import utils
+
+    for devices, expected in ((2, 1), (0, 0)):
+        monkeypatch.setattr(
+            utils, "make_backend", lambda name, n=devices: type("B", (), {"device_count": lambda s: n})()
+        )
+        assert iris.get_device_id_for_rank(5) == expected
+    with pytest.raises(ValueError, match="non-negative int"):
+        iris.get_device_id_for_rank(-1)
+
+
 def _newer_host_api_body(rank, world_size):
     import numpy as np
 

@@ -1,13 +1,15 @@
-"""``iris.do_bench``: upstream's timing loop for a multi-rank call."""
+"""Upstream's platform helpers: ``iris.do_bench`` (its timing loop for a multi-rank call),
+``iris.get_device_id_for_rank`` and ``iris.is_simulation_env``."""
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable, Sequence
 
 import torch
 
-from ... import config
+from ... import _env, config
 from ...backends import make_backend
 
 #: Bytes written between repetitions so no repetition finds the last one's data in L2 (50 MiB on an H200).
@@ -86,3 +88,34 @@ def _quantile(ordered: list[float], q: float) -> float:
     low = int(point)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (point - low)
+
+
+def is_simulation_env() -> bool:
+    """Whether ``IRIS_SIMULATION`` is ``1``, ``true`` or ``yes`` (upstream's pre-silicon switch).
+
+    Read for upstream's programs, which may size their work by it; it changes nothing in
+    this package (the emulation backend is chosen by ``IRIS_BACKEND``).
+
+    Example:
+        >>> iris.is_simulation_env()
+        False
+    """
+    return os.environ.get("IRIS_SIMULATION", "").strip().lower() in ("1", "true", "yes")
+
+
+def get_device_id_for_rank(local_rank: int) -> int:
+    """The device index for a host's rank ``local_rank``, as upstream's helper gives it.
+
+    ``local_rank`` itself, or, where ranks share devices (``IRIS_RANKS_PER_GPU`` above 1,
+    or upstream's ``IRIS_SIMULATION``), ``local_rank`` modulo the devices visible (0 where
+    none is), the device this package's contexts pick for that rank.
+
+    Example:
+        >>> torch.cuda.set_device(iris.get_device_id_for_rank(int(os.environ["LOCAL_RANK"])))
+    """
+    if isinstance(local_rank, bool) or not isinstance(local_rank, int) or local_rank < 0:
+        raise ValueError(f"iris: local_rank must be a non-negative int, got {local_rank!r}")
+    if not (is_simulation_env() or _env.ranks_per_gpu() > 1):
+        return local_rank
+    count = make_backend(config.BACKEND).device_count()
+    return local_rank % count if count else 0

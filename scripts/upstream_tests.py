@@ -22,11 +22,13 @@ UPSTREAM is a checkout of upstream Iris, or any folder that holds its ``tests/``
 ``import iris`` in upstream's tests always finds this package, never upstream's own.
 Nothing of upstream is kept in this repository.
 
-The copies get one vendor change, the same in every file (:func:`port_launch_options`):
-the launch options only AMD's Triton takes (``waves_per_eu``, ``matrix_instr_nonkdim``,
+The copies get two vendor changes, the same in every file (:func:`port_to_nvidia`): the
+launch options only AMD's Triton takes (``waves_per_eu``, ``matrix_instr_nonkdim``,
 ``kpack``), which NVIDIA's Triton refuses (``KeyError: Keyword argument ... unrecognised``),
-are dropped from kernel launches (``kernel[grid](..., waves_per_eu=2)``). Each result
-says how many were dropped in its folder; ``--unported`` runs the files exactly as they are.
+are dropped from kernel launches (``kernel[grid](..., waves_per_eu=2)``), and Gluon layouts
+written for AMD's 64-lane wavefront (``gl.BlockedLayout([1], [64], ...)``) get NVIDIA's 32
+lanes. The results say how many changes each copy got; ``--unported`` runs the files
+exactly as they are.
 
 Several files run at once (``--jobs``); a launch of N ranks takes N GPUs in turn, so
 concurrent launches share GPUs (these are correctness runs, not timings). A launch needs a
@@ -62,6 +64,8 @@ _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|desel
 _OUTCOME = re.compile(r"^(FAILED|ERROR) (\S+)(?: - (.*))?$")
 #: Launch options of AMD's Triton backend that NVIDIA's does not take (the vendor change).
 AMD_LAUNCH_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
+#: Lanes of a warp: AMD's wavefront, NVIDIA's warp.
+AMD_LANES, NVIDIA_LANES = 64, 32
 #: Lines of a failing file's rank-0 output kept in the results.
 TAIL_LINES = 60
 #: Upstream's application examples: (folder, entry file, arguments; {n} is the rank count).
@@ -93,15 +97,19 @@ _FAILED_VALIDATION = re.compile(r"validation failed|failed validation|mismatch|n
 _TIMING = re.compile(r"\d\s*(ms|us|tflops|gb/s)\b", re.IGNORECASE)
 
 
-def port_launch_options(source: str) -> tuple[str, int]:
-    """``source`` with :data:`AMD_LAUNCH_OPTIONS` dropped from kernel launches; and how many.
+def port_to_nvidia(source: str) -> tuple[str, int]:
+    """``source`` with the vendor changes (module docstring) made; and how many were made.
 
-    A launch is a call of a subscript (``kernel[grid](...)``); the option goes with the
-    comma after it, and the rest of the text is kept as it was.
+    A launch is a call of a subscript (``kernel[grid](...)``): an option in
+    :data:`AMD_LAUNCH_OPTIONS` goes with the comma after it. A ``BlockedLayout`` call whose
+    lanes per warp (its second argument) are the list ``[64]`` gets ``[32]``. The rest of
+    the text is kept as it was.
 
     Example:
-        >>> port_launch_options("k[g](a, waves_per_eu=2, num_warps=4)")
+        >>> port_to_nvidia("k[g](a, waves_per_eu=2, num_warps=4)")
         ('k[g](a, num_warps=4)', 1)
+        >>> port_to_nvidia("layout = gl.BlockedLayout([1], [64], [4], [0])")
+        ('layout = gl.BlockedLayout([1], [32], [4], [0])', 1)
     """
     try:
         tree = ast.parse(source)
@@ -110,29 +118,39 @@ def port_launch_options(source: str) -> tuple[str, int]:
     offsets = [0]
     for line in source.splitlines(keepends=True):
         offsets.append(offsets[-1] + len(line))
-    cuts = []
+
+    def span(node) -> tuple[int, int]:
+        return offsets[node.lineno - 1] + node.col_offset, offsets[node.end_lineno - 1] + node.end_col_offset
+
+    edits = []  # (start, end, replacement)
     for call in ast.walk(tree):
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Subscript):
+        if not isinstance(call, ast.Call):
+            continue
+        if isinstance(call.func, ast.Subscript):
             for keyword in call.keywords:
                 if keyword.arg in AMD_LAUNCH_OPTIONS:
-                    start = offsets[keyword.lineno - 1] + keyword.col_offset
-                    end = offsets[keyword.end_lineno - 1] + keyword.end_col_offset
-                    cuts.append((start, end + len(re.match(r"\s*,?\s*", source[end:]).group())))
-    for start, end in sorted(cuts, reverse=True):
-        source = source[:start] + source[end:]
-    return source, len(cuts)
+                    start, end = span(keyword)
+                    edits.append((start, end + len(re.match(r"\s*,?\s*", source[end:]).group()), ""))
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+        if name == "BlockedLayout" and len(call.args) > 1:
+            lanes = call.args[1]
+            if isinstance(lanes, ast.List) and [getattr(e, "value", None) for e in lanes.elts] == [AMD_LANES]:
+                edits.append((*span(lanes), f"[{NVIDIA_LANES}]"))
+    for start, end, replacement in sorted(edits, reverse=True):
+        source = source[:start] + replacement + source[end:]
+    return source, len(edits)
 
 
 def port_folder(folder: Path) -> int:
-    """Apply :func:`port_launch_options` to every ``.py`` file below ``folder``; options dropped."""
-    dropped = 0
+    """Apply :func:`port_to_nvidia` to every ``.py`` file below ``folder``; the changes made."""
+    changes = 0
     for path in sorted(folder.rglob("*.py")):
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
-        ported, count = port_launch_options(text)
+        ported, count = port_to_nvidia(text)
         if count:
             path.write_text(ported, encoding="utf-8", errors="surrogateescape")
-            dropped += count
-    return dropped
+            changes += count
+    return changes
 
 
 def rank_lines(output: str) -> dict[int, list[str]]:
@@ -277,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "--results", type=Path, help="results JSON (default $OUT/upstream_tests_<card>x<gpus>.json)"
     )
     parser.add_argument(
-        "--unported", action="store_true", help="run the files as they are (no launch options dropped)"
+        "--unported", action="store_true", help="run the files as they are (no vendor changes)"
     )
     args = parser.parse_args(argv)
 
@@ -301,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             ["python", "scripts/upstream_tests.py", *(argv if argv is not None else sys.argv[1:])]
         ),
         "gpus": gpus,
-        "amd_launch_options_dropped": 0,
+        "vendor_changes": 0,
         "results": [],
     }
     private = Path(tempfile.mkdtemp(prefix="iris-upstream-tests-"))
@@ -310,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             if (args.upstream / folder).is_dir():
                 shutil.copytree(args.upstream / folder, private / folder, symlinks=True)
                 if not args.unported:
-                    record["amd_launch_options_dropped"] += port_folder(private / folder)
+                    record["vendor_changes"] += port_folder(private / folder)
         if args.examples:
             jobs = [
                 (functools.partial(run_example, private, folder, entry, arguments), n)

@@ -1,4 +1,4 @@
-"""``scripts/upstream_tests.py``'s one vendor change: AMD-only launch options dropped from launches."""
+"""``scripts/upstream_tests.py``'s vendor changes: AMD-only launch options dropped, 32-lane Gluon layouts."""
 
 import ast
 import importlib.util
@@ -26,7 +26,7 @@ matmul._call(a, waves_per_eu=waves_per_eu, kpack=kpack)
 
 
 def test_amd_launch_options_are_dropped_from_launches_only():
-    ported, dropped = runner.port_launch_options(LAUNCH)
+    ported, dropped = runner.port_to_nvidia(LAUNCH)
     assert dropped == 3
     launch, wrapper = ast.parse(ported).body
     assert [k.arg for k in launch.value.keywords] == ["num_warps"]
@@ -34,13 +34,20 @@ def test_amd_launch_options_are_dropped_from_launches_only():
 
 
 def test_the_last_option_of_a_launch_and_one_before_unpacked_options_go_cleanly():
-    assert runner.port_launch_options("k[g](a, kpack=1)") == ("k[g](a, )", 1)
-    assert runner.port_launch_options("k[g](a, waves_per_eu=2, **opts)") == ("k[g](a, **opts)", 1)
+    assert runner.port_to_nvidia("k[g](a, kpack=1)") == ("k[g](a, )", 1)
+    assert runner.port_to_nvidia("k[g](a, waves_per_eu=2, **opts)") == ("k[g](a, **opts)", 1)
 
 
 def test_a_file_with_nothing_to_port_or_that_does_not_parse_is_left_as_it_is():
     for source in ("k[g](a, num_warps=4)\n", "def broken(:\n    k[g](kpack=1)\n"):
-        assert runner.port_launch_options(source) == (source, 0)
+        assert runner.port_to_nvidia(source) == (source, 0)
+
+
+def test_gluon_layouts_for_a_64_lane_wavefront_get_32_lanes():
+    source = "layout: gl.constexpr = gl.BlockedLayout([SPT], [64], [NUM_WARPS], [0])\n"
+    assert runner.port_to_nvidia(source) == (source.replace("[64]", "[32]"), 1)
+    for kept in ("gl.BlockedLayout([1], [BLOCK], [1], [0])\n", "gl.BlockedLayout([64], [32], [1], [0])\n"):
+        assert runner.port_to_nvidia(kept) == (kept, 0)
 
 
 def test_a_folder_is_ported_file_by_file(tmp_path):

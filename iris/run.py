@@ -54,7 +54,8 @@ def launch(script: str, script_args: list[str], nprocs: int, timeout: float | No
     return exit_code or next((shell_status(c) for c in codes if c != 0), 0)
 
 
-#: How long a rank that exited with a status waits for its peers to end before it is named.
+#: Seconds the launcher, having seen a rank exit with a status, waits for a peer to die by a
+#: signal (then named instead) before it names that rank and stops the others.
 BLAME_GRACE_S = 2.0
 
 

@@ -72,6 +72,10 @@ def _reuse_and_trace_body(rank, world_size):
         ws = ops.all_gather_matmul_hbm_buffer(ctx, second, a_shard, b, config=cfg, k_per_flag=1, workspace=ws)
         assert ws.aux_buffer is staged, "a matching workspace is reused"
         assert torch.equal(first, second)
+        used = ctx.heap.used
+        for _ in range(3):  # no workspace: prepared again each time, on the context's buffers
+            ops.all_gather_matmul_hbm_buffer(ctx, second, a_shard, b, config=cfg, k_per_flag=1)
+        assert ctx.heap.used == used and torch.equal(first, second)
         traced = ops.all_gather_matmul_hbm_buffer(
             ctx, second, a_shard, b, config=cfg, k_per_flag=1, workspace=ws, trace=True, num_fetch_sms=2,
             first_stage_fetch_sms=2,

@@ -239,6 +239,9 @@ def all_gather_matmul_hbm_buffer_preamble(
 ) -> FusedWorkspace:  # fmt: skip
     """A workspace with the staging buffer (``aux_buffer``, ``M x K``) and flags (``locks``).
 
+    Both are views of the context's own heap buffers, reused by later calls (as
+    ``ctx.ops`` reuses its workspaces), so a call that prepares again costs no heap.
+
     Args:
         ctx: the :class:`iris.Iris` context.
         A_sharded, B: as for :func:`all_gather_matmul_hbm_buffer`.
@@ -260,13 +263,14 @@ def all_gather_matmul_hbm_buffer_preamble(
     K = world * K_local
     workspace = FusedWorkspace()
     workspace.describe("all_gather_matmul_hbm_buffer", A_sharded, B, world, f"hbm_buffer_{staged_a_layout}")
+    # The context's own heap buffers, grown when a call needs more (the heap never frees):
+    # calls that pass no workspace, or a new one each time, do not use up the heap.
     if staged_a_layout == "m_contiguous":
-        workspace.aux_buffer = ctx.zeros((K, M), dtype=A_sharded.dtype).T
+        workspace.aux_buffer = ctx.ops._buffer("hbm_staged_m_contiguous", (K, M), A_sharded.dtype).T
     else:
-        workspace.aux_buffer = ctx.zeros((M, K), dtype=A_sharded.dtype)
-    workspace.locks = ctx.zeros(
-        (M // config.block_m) * (K // config.block_k // k_per_flag), dtype=torch.int32
-    )
+        workspace.aux_buffer = ctx.ops._buffer("hbm_staged_k_contiguous", (M, K), A_sharded.dtype)
+    flags = (M // config.block_m) * (K // config.block_k // k_per_flag)
+    workspace.locks = ctx.ops._flags("hbm_staged", flags)[:flags]
     ctx.barrier()
     return workspace
 

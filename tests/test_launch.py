@@ -393,13 +393,18 @@ def test_a_rank_that_exits_with_a_status_is_named_with_it(tmp_path):
 
 def test_a_rank_dying_by_a_signal_just_after_a_peer_failed_is_the_one_named(tmp_path):
     # Rank 0 fails first, as a peer does whose collective broke when the dying rank shut down.
-    script = tmp_path / "late.py"
+    # Rank 1 says it is up; rank 0 then exits at once, and rank 1 dies 0.3 s later, however
+    # late either started under load.
+    script, up = tmp_path / "late.py", tmp_path / "up"
     script.write_text(
         "import os, signal, sys, time\n"
-        "if os.environ['RANK'] == '0':\n    time.sleep(0.5)\n    sys.exit(1)\n"
-        "time.sleep(0.8)\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(60)\n"
+        "up = sys.argv[1]\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    while not os.path.exists(up):\n        time.sleep(0.01)\n"
+        "    sys.exit(1)\n"
+        "open(up, 'w').close()\ntime.sleep(0.3)\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(60)\n"
     )
-    command = [sys.executable, "-m", "iris.run", "-n", "2", str(script)]
+    command = [sys.executable, "-m", "iris.run", "-n", "2", str(script), str(up)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 128 + signal.SIGINT, result.stderr
     assert "iris.run: rank 1 was killed by SIGINT" in result.stderr

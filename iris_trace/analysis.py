@@ -75,7 +75,7 @@ from .intervals import Coverage
 from .matching import COMM, COMPUTE, WAIT, categories, match_releasers, sm_index
 from .sampling import estimate_totals
 from .schema import DMA_CU_BASE, event_name
-from .sites import UNKNOWN
+from .sites import UNKNOWN, launch_keys
 
 _LENGTH_FIELDS = ("compute_ns", "comm_ns", "wait_ns", "overlap_ns", "stall_ns", "busy_ns", "idle_ns")
 _COUNT_FIELDS = ("compute_events", "comm_events", "wait_events", "bytes_moved")
@@ -633,8 +633,8 @@ def _by_call_site(events, starts, ends, category, payload, origins, scope_names)
     counts = np.bincount(inverse, minlength=n)
     moved = np.bincount(inverse, payload.astype(np.float64), n)
     # A launch per rank: each rank's launch of a step is one of them.
-    launch_keys = events["cur_rank"].astype(np.int64) << 32 | events["launch"].astype(np.int64)
-    launches = np.bincount(np.unique(np.stack([inverse, launch_keys]), axis=1)[0], minlength=n)
+    _, launch = launch_keys(events)
+    launches = np.bincount(np.unique(np.stack([inverse, launch]), axis=1)[0], minlength=n)
     ops: list[set[str]] = [set() for _ in range(n)]
     for k, event_id in np.unique(np.stack([inverse, events["event_id"].astype(np.int64)]), axis=1).T.tolist():
         ops[k].add(event_name(event_id, scope_names))

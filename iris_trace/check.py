@@ -70,6 +70,7 @@ from .schema import (
     WAIT_UNTIL,
     event_name,
 )
+from .sites import launch_at, launch_keys
 
 #: The checks, by name, with what each finding of it means (``iris-trace check --help`` lists them).
 CHECKS = {
@@ -425,27 +426,23 @@ def _atomic_edges(events: np.ndarray) -> list[tuple[int, int]]:
 
 def _launch_steps(trace) -> np.ndarray:
     """Per event, its launch's step: one id per (kernel, launch index), -1 where not known."""
-    keys = trace.events["cur_rank"].astype(np.int64) << 32 | trace.events["launch"].astype(np.int64)
-    unique, inverse = np.unique(keys, return_inverse=True)
+    keys, inverse = launch_keys(trace.events)
     ids: dict[tuple[str, int], int] = {}
-    step_of = np.full(len(unique), -1, dtype=np.int64)
-    for k, key in enumerate(unique.tolist()):
-        rank, tag = key >> 32, key & 0xFFFFFFFF
-        launch = trace.launches[rank].get(tag) if rank < len(trace.launches) else None
+    step_of = np.full(len(keys), -1, dtype=np.int64)
+    for k, key in enumerate(keys.tolist()):
+        launch = launch_at(trace.launches, key)
         if launch is not None and launch.kernel:
             step_of[k] = ids.setdefault((launch.kernel, launch.index), len(ids))
-    return step_of[inverse.reshape(-1)]
+    return step_of[inverse]
 
 
 def _launch_spans(events: np.ndarray, steps: np.ndarray | None):
     """Per event, its launch's first start and last end in the trace, and its step."""
-    keys = events["cur_rank"].astype(np.int64) << 32 | events["launch"].astype(np.int64)
-    unique, inverse = np.unique(keys, return_inverse=True)
-    first = np.full(len(unique), np.iinfo(np.int64).max)
-    last = np.full(len(unique), np.iinfo(np.int64).min)
+    keys, inverse = launch_keys(events)
+    first = np.full(len(keys), np.iinfo(np.int64).max)
+    last = np.full(len(keys), np.iinfo(np.int64).min)
     np.minimum.at(first, inverse, events["start_ns"])
     np.maximum.at(last, inverse, np.maximum(events["end_ns"], events["start_ns"]))
-    inverse = inverse.reshape(-1)
     return first[inverse], last[inverse], np.full(len(events), -1) if steps is None else steps
 
 

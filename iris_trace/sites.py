@@ -103,6 +103,25 @@ def name_launches(
     return launches
 
 
+def launch_keys(events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each event's launch as a key per (rank, launch tag): the distinct keys, each event's index in them.
+
+    Example:
+        >>> keys, inverse = launch_keys(trace.events)
+        >>> launch_at(trace.launches, int(keys[inverse[0]])).label
+        'gemm_kernel #0 (264, 1, 1)'
+    """
+    keys = events["cur_rank"].astype(np.int64) << 32 | events["launch"].astype(np.int64)
+    unique, inverse = np.unique(keys, return_inverse=True)
+    return unique, inverse.reshape(-1)
+
+
+def launch_at(launches: list[dict[int, Launch]], key: int) -> Launch | None:
+    """The launch a :func:`launch_keys` key names, from each rank's launches by tag (None: not known)."""
+    rank, tag = key >> 32, key & 0xFFFFFFFF
+    return launches[rank].get(tag) if rank < len(launches) else None
+
+
 def origins(events: np.ndarray, sites: dict[int, Site], launches: list[dict[int, Launch]]):
     """Per event, the index of its call site's label and of its launch's label in ``labels``.
 
@@ -128,15 +147,13 @@ def origins(events: np.ndarray, sites: dict[int, Site], launches: list[dict[int,
     site_labels = np.array(
         [label_of(sites[s].label) if s in sites else 0 for s in site_ids.tolist()], dtype=np.int64
     )
-    keys = events["cur_rank"].astype(np.int64) << 32 | events["launch"].astype(np.int64)
-    launch_keys, launch_inverse = np.unique(keys, return_inverse=True)
+    keys, launch_inverse = launch_keys(events)
     launch_labels = []
-    for key in launch_keys.tolist():
-        rank, tag = key >> 32, key & 0xFFFFFFFF
-        found = launches[rank].get(tag) if rank < len(launches) else None
+    for key in keys.tolist():
+        found = launch_at(launches, key)
         launch_labels.append(label_of(found.label) if found is not None else 0)
     return (
         site_labels[site_inverse.reshape(-1)],
-        np.array(launch_labels, dtype=np.int64)[launch_inverse.reshape(-1)],
+        np.array(launch_labels, dtype=np.int64)[launch_inverse],
         labels,
     )

@@ -105,6 +105,8 @@ def _errors_body(rank, world_size):
             ops.all_gather_matmul_hbm_buffer(ctx, out, a_shard, b, config=ops.FusedConfig(block_size_m=64))
         with pytest.raises(ValueError, match="num_fetch_sms must be positive"):
             ops.all_gather_matmul_hbm_buffer(ctx, out, a_shard, b, config=cfg, k_per_flag=1, num_fetch_sms=0)
+        with pytest.raises(ValueError, match="fetch_block_m must be positive"):
+            ops.all_gather_matmul_hbm_buffer(ctx, out, a_shard, b, config=cfg, k_per_flag=1, fetch_block_m=0)
         with pytest.raises(ValueError, match="inner dims differ"):
             ops.all_gather_matmul_hbm_buffer(ctx, out, a_shard[:, :16], b, config=cfg)
         if world_size > 1:

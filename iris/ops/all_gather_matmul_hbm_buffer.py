@@ -59,8 +59,9 @@ _CHAMPION_CONFIGS = {
     (16384, 16384, 131072): dict(bm=128, bn=256, bk=64, gm=16, kpf=16, fs=16, nfs=8, fsf=52),
 }
 
-#: Launch settings when neither ``config=None`` (the table) nor the call chooses them: upstream's.
-_DEFAULT_K_PER_FLAG, _DEFAULT_FETCH_SMS, _DEFAULT_FETCH_STAGES, _DEFAULT_FIRST_STAGE_FETCH_SMS = 8, 32, 1, 256
+#: Launch settings when neither ``config=None`` (the table) nor the call chooses them, upstream's:
+#: ``(k_per_flag, num_fetch_sms, num_fetch_stages, first_stage_fetch_sms)``.
+_DEFAULTS = (8, 32, 1, 256)
 #: ``staged_a_layout``: which of the staging buffer's dimensions is contiguous.
 LAYOUTS = ("k_contiguous", "m_contiguous")
 
@@ -208,6 +209,16 @@ def hbm_buffer_kernel(
 
 
 # ------------------------------------------------------------------ upstream Iris's module functions
+def _settings(M, N, K, world, config, k_per_flag=None, fetchers=None, stages=None, first=None):
+    # (config, k_per_flag, fetchers per later stage, stages, first stage's fetchers): what the
+    # call gives, then, with no config, _auto_config's choice, then upstream's defaults.
+    chosen = (k_per_flag, fetchers, stages, first)
+    if config is None:
+        config, *auto = _auto_config(M, N, K, world)
+        chosen = tuple(auto_value if value is None else value for value, auto_value in zip(chosen, auto))
+    return config, *(default if value is None else value for value, default in zip(chosen, _DEFAULTS))
+
+
 def _check(ctx, A_sharded, B, config: FusedConfig, k_per_flag: int, staged_a_layout: str):
     # Upstream's asserts, as errors that say what to change.
     name = "all_gather_matmul_hbm_buffer"
@@ -255,10 +266,7 @@ def all_gather_matmul_hbm_buffer_preamble(
         torch.Size([1024, 8192])
     """
     world = ctx.get_num_ranks()
-    if config is None:
-        config, chosen, *_ = _auto_config(A_sharded.shape[0], B.shape[1], B.shape[0], world)
-        k_per_flag = chosen if k_per_flag is None else k_per_flag
-    k_per_flag = _DEFAULT_K_PER_FLAG if k_per_flag is None else k_per_flag
+    config, k_per_flag, *_ = _settings(A_sharded.shape[0], B.shape[1], B.shape[0], world, config, k_per_flag)
     M, K_local, N = _check(ctx, A_sharded, B, config, k_per_flag, staged_a_layout)
     K = world * K_local
     workspace = FusedWorkspace()
@@ -309,25 +317,16 @@ def all_gather_matmul_hbm_buffer(
     """
     world = ctx.get_num_ranks()
     M, N, K = A_sharded.shape[0], B.shape[1], B.shape[0]
-    if config is None:
-        config, *chosen = _auto_config(M, N, K, world)
-        k_per_flag, num_fetch_sms, num_fetch_stages, first_stage_fetch_sms = (
-            given if given is not None else auto
-            for given, auto in zip(
-                (k_per_flag, num_fetch_sms, num_fetch_stages, first_stage_fetch_sms), chosen
-            )
-        )
-    k_per_flag = _DEFAULT_K_PER_FLAG if k_per_flag is None else k_per_flag
-    fetchers = _DEFAULT_FETCH_SMS if num_fetch_sms is None else num_fetch_sms
-    stages = _DEFAULT_FETCH_STAGES if num_fetch_stages is None else num_fetch_stages
-    first = _DEFAULT_FIRST_STAGE_FETCH_SMS if first_stage_fetch_sms is None else first_stage_fetch_sms
+    config, k_per_flag, fetchers, stages, first = _settings(
+        M, N, K, world, config, k_per_flag, num_fetch_sms, num_fetch_stages, first_stage_fetch_sms
+    )
     M, K_local, N = _check(ctx, A_sharded, B, config, k_per_flag, staged_a_layout)
     name = "all_gather_matmul_hbm_buffer"
     check_out(name, output_tensor, (M, N), A_sharded, ctx, symmetric=False)
     for setting, value in (("num_fetch_sms", fetchers), ("num_fetch_stages", stages),
-                           ("first_stage_fetch_sms", first), ("fetch_block_m", fetch_block_m or 1),
-                           ("fetch_block_k", fetch_block_k or 1)):  # fmt: skip
-        if value <= 0:
+                           ("first_stage_fetch_sms", first), ("fetch_block_m", fetch_block_m),
+                           ("fetch_block_k", fetch_block_k)):  # fmt: skip
+        if value is not None and value <= 0:
             raise ValueError(f"iris.ops.{name}: {setting} must be positive, got {value}")
     if bias is not None:
         check_bias(name, bias, M, A_sharded)

@@ -26,9 +26,8 @@ def _shape(size_bytes: int, dtype: torch.dtype, shape) -> tuple[int, ...]:
         raise ValueError(f"iris: size_bytes must be a non-negative int, got {size_bytes!r}")
     if dtype not in _TYPESTRS:
         raise ValueError(f"iris: no array interface for {dtype}; one of {', '.join(map(str, _TYPESTRS))}")
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    shape = (size_bytes // itemsize,) if shape is None else tuple(shape)
-    needed = itemsize * (torch.Size(shape).numel() if shape else 1)
+    shape = (size_bytes // dtype.itemsize,) if shape is None else tuple(shape)
+    needed = dtype.itemsize * torch.Size(shape).numel()
     if needed > size_bytes:
         raise ValueError(
             f"iris: shape {shape} of {dtype} needs {needed} bytes, more than size_bytes={size_bytes}"
@@ -84,6 +83,6 @@ def tensor_from_ptr(ptr: int, size_bytes: int, dtype: torch.dtype = torch.float3
     if torch.device(str(device)).type != "cpu":
         tensor = torch.as_tensor(interface, device=device)
         return tensor.view(dtype) if dtype == torch.bfloat16 else tensor  # "<f2" reads as float16
-    count = torch.Size(interface.shape).numel() * torch.empty((), dtype=dtype).element_size()
+    count = torch.Size(interface.shape).numel() * dtype.itemsize
     raw = torch.frombuffer((ctypes.c_uint8 * max(count, 1)).from_address(ptr), dtype=torch.uint8)
     return raw[:count].view(dtype).view(interface.shape)

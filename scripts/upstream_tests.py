@@ -113,14 +113,21 @@ def port_to_nvidia(source: str) -> tuple[str, int]:
     """
     try:
         tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError, UnicodeError):
         return source, 0
+    # The parser counts lines at newlines only (not str.splitlines's form feeds and the like)
+    # and columns in UTF-8 bytes: positions here are characters of ``source``.
+    lines = re.findall(r"[^\n]*\n|[^\n]+$", source)
     offsets = [0]
-    for line in source.splitlines(keepends=True):
+    for line in lines:
         offsets.append(offsets[-1] + len(line))
 
+    def position(lineno: int, byte_column: int) -> int:
+        text = lines[lineno - 1].encode("utf-8", "surrogateescape")[:byte_column]
+        return offsets[lineno - 1] + len(text.decode("utf-8", "surrogateescape"))
+
     def span(node) -> tuple[int, int]:
-        return offsets[node.lineno - 1] + node.col_offset, offsets[node.end_lineno - 1] + node.end_col_offset
+        return position(node.lineno, node.col_offset), position(node.end_lineno, node.end_col_offset)
 
     edits = []  # (start, end, replacement)
     for call in ast.walk(tree):

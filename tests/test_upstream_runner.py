@@ -38,6 +38,11 @@ def test_the_last_option_of_a_launch_and_one_before_unpacked_options_go_cleanly(
     assert runner.port_to_nvidia("k[g](a, waves_per_eu=2, **opts)") == ("k[g](a, **opts)", 1)
 
 
+def test_positions_hold_past_wide_characters_and_form_feeds():
+    source = 'print("été")\x0c\nk[g]("—", waves_per_eu=2, num_warps=4)\n'
+    assert runner.port_to_nvidia(source) == (source.replace("waves_per_eu=2, ", ""), 1)
+
+
 def test_a_file_with_nothing_to_port_or_that_does_not_parse_is_left_as_it_is():
     for source in ("k[g](a, num_warps=4)\n", "def broken(:\n    k[g](kpack=1)\n"):
         assert runner.port_to_nvidia(source) == (source, 0)

@@ -161,10 +161,18 @@ def test_a_tensor_over_an_address_shares_its_memory_and_checks_its_size():
         iris.CUDAArrayInterface(0, 8)
 
 
-def test_the_device_of_a_rank_wraps_only_where_ranks_share_devices(monkeypatch):
-    assert iris.get_device_id_for_rank(5) == 5 and not iris.is_simulation_env()
-    monkeypatch.setenv("IRIS_SIMULATION", "yes")
+def test_upstreams_simulation_switch_takes_only_its_three_words(monkeypatch):
+    for value in ("0", "", "yess", "1; rm -rf /", "true\nyes"):
+        monkeypatch.setenv("IRIS_SIMULATION", value)
+        assert not iris.is_simulation_env(), value
+    monkeypatch.setenv("IRIS_SIMULATION", " YES ")
     assert iris.is_simulation_env()
+
+
+def test_the_device_of_a_rank_wraps_only_where_ranks_share_devices(monkeypatch):
+    monkeypatch.delenv("IRIS_SIMULATION", raising=False)
+    assert iris.get_device_id_for_rank(5) == 5
+    monkeypatch.setenv("IRIS_SIMULATION", "1")
     from iris.host.platform import utils
 
     for devices, expected in ((2, 1), (0, 0)):

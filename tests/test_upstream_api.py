@@ -54,6 +54,21 @@ def test_host_api_matches_upstream(world):
     world.run(_host_api_body)
 
 
+def _context_positions_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        untraced = ctx.get_device_context().clone()
+        ctx.tracing.enable(max_events=1000)
+        traced = ctx.get_device_context()
+        # Upstream's positions, which its programs read: trace_enabled, then max_events.
+        assert untraced[2 + world_size].item() == 0
+        assert traced[2 + world_size].item() == 1 and traced[3 + world_size].item() == 1000
+        assert traced.shape == untraced.shape
+
+
+def test_the_context_tensor_holds_upstreams_tracing_fields_where_upstream_has_them(world):
+    world.run(_context_positions_body)
+
+
 def _tensor_creation_body(rank, world_size):
     from iris import tensor_creation as tc
 

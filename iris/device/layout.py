@@ -3,19 +3,21 @@
 Each rank hands its kernels one int64 tensor (``Iris.get_device_context()``) that holds
 everything a device op needs to know about the job::
 
-    [cur_rank, world_size, heap_base_0 .. heap_base_{n-1}, heap_size,
-     <TRACING_SLOTS tracing slots>, <FLIGHT_SLOTS flight-recorder slots>, ranks_per_node,
-     <STAGING_SLOTS cross-node staging slots>]
+    [cur_rank, world_size, heap_base_0 .. heap_base_{n-1},
+     <TRACING_SLOTS tracing slots>, <FLIGHT_SLOTS flight-recorder slots>, heap_size,
+     ranks_per_node, <STAGING_SLOTS cross-node staging slots>]
 
 The functional API's ``heap_bases`` (``Iris.get_heap_bases()``) is a view of the
 ``heap_base_*`` slots, so every other slot is reachable from it: the rank two slots
-before it, the world size one before, the heap size ``world_size`` after it, then the
-tracing and flight slots, then the ranks per node (rank ``r`` is on node
+before it, the world size one before, the tracing slots ``world_size`` after it, then
+the flight slots, the heap size, the ranks per node (rank ``r`` is on node
 ``r // ranks_per_node``) and the cross-node staging area (:mod:`iris.device.crossnode`;
-zero in single-node jobs). Those come last so that single-node kernels, which never
-read them, address every other slot as before. The host builds and fills the
-tensor through the functions below and kernels read it through the accessors below;
-no other module counts slots.
+zero in single-node jobs). The tracing slots come first after the heap bases, their
+switch and event budget first among them, because upstream Iris's context tensor has
+them there (``trace_enabled`` at ``2 + world_size``, ``max_events`` after it) and
+upstream's programs read them by position. The host builds and fills the tensor
+through the functions below and kernels read it through the accessors below; no
+other module counts slots.
 
 The tracing slots' contents are part of the trace format (``iris_trace.schema``:
 ``SLOT_*``); the flight recorder's are ``iris.device.flight.SLOT_*``.
@@ -43,6 +45,9 @@ HEADER_SLOTS = 2
 TRACING_SLOTS = schema.TRACING_SLOTS
 #: Slots of wait timeouts and the flight recorder (``iris.device.flight.SLOT_*``).
 FLIGHT_SLOTS = 7
+#: Slots after the flight slots: the heap size (``IRIS_DEBUG``'s bound), the ranks per node.
+HEAP_SIZE_SLOT, RANKS_PER_NODE_SLOT = 0, 1
+TAIL_SLOTS = 2
 #: Slots of the cross-node staging area: its address, its claim flags' address and how many
 #: slots it has (``STAGING_*`` below; the bytes of each are a constant,
 #: ``iris.device.crossnode.STAGING_SLOT_BYTES``).
@@ -56,6 +61,9 @@ _WORLD_SIZE_BACK: tl.constexpr = tl.constexpr(HEADER_SLOTS - WORLD_SIZE_SLOT)
 _TRACING_SLOTS: tl.constexpr = tl.constexpr(TRACING_SLOTS)
 _SLOT_ENABLED: tl.constexpr = tl.constexpr(schema.SLOT_ENABLED)
 _FLIGHT_SLOTS: tl.constexpr = tl.constexpr(FLIGHT_SLOTS)
+_HEAP_SIZE_SLOT: tl.constexpr = tl.constexpr(HEAP_SIZE_SLOT)
+_RANKS_PER_NODE_SLOT: tl.constexpr = tl.constexpr(RANKS_PER_NODE_SLOT)
+_TAIL_SLOTS: tl.constexpr = tl.constexpr(TAIL_SLOTS)
 _STAGING_AREA: tl.constexpr = tl.constexpr(STAGING_AREA)
 _STAGING_FLAGS: tl.constexpr = tl.constexpr(STAGING_FLAGS)
 _STAGING_COUNT: tl.constexpr = tl.constexpr(STAGING_COUNT)
@@ -88,7 +96,7 @@ def heap_size_slot(world_size: int) -> int:
         >>> context[layout.heap_size_slot(4)]
         tensor(1073741824)
     """
-    return HEADER_SLOTS + world_size
+    return flight_slot(world_size, FLIGHT_SLOTS + HEAP_SIZE_SLOT)
 
 
 def tracing_slot(world_size: int, slot: int) -> int:
@@ -97,7 +105,7 @@ def tracing_slot(world_size: int, slot: int) -> int:
     Example:
         >>> context[layout.tracing_slot(4, schema.SLOT_ENABLED)] = 1
     """
-    return HEADER_SLOTS + world_size + 1 + int(slot)
+    return HEADER_SLOTS + world_size + int(slot)
 
 
 def flight_slot(world_size: int, slot: int) -> int:
@@ -115,7 +123,7 @@ def ranks_per_node_slot(world_size: int) -> int:
     Example:
         >>> context[layout.ranks_per_node_slot(4)] = 2
     """
-    return flight_slot(world_size, FLIGHT_SLOTS)
+    return flight_slot(world_size, FLIGHT_SLOTS + RANKS_PER_NODE_SLOT)
 
 
 def staging_slot(world_size: int, slot: int) -> int:
@@ -124,7 +132,7 @@ def staging_slot(world_size: int, slot: int) -> int:
     Example:
         >>> context[layout.staging_slot(4, layout.STAGING_COUNT)] = 264
     """
-    return ranks_per_node_slot(world_size) + 1 + int(slot)
+    return flight_slot(world_size, FLIGHT_SLOTS + TAIL_SLOTS + int(slot))
 
 
 # ---------------------------------------------------------------- device side
@@ -165,7 +173,7 @@ def different_nodes(heap_bases, rank_a, rank_b):
     Example:
         >>> tl.device_assert(layout.different_nodes(heap_bases, cur_rank, peer) == 0)
     """
-    per_node = tl.load(flight_slots(heap_bases) + _FLIGHT_SLOTS).to(tl.int64, bitcast=True)
+    per_node = tl.load(_tail_slots(heap_bases) + _RANKS_PER_NODE_SLOT).to(tl.int64, bitcast=True)
     # Not foldable when both ranks are one value (iris.load(..., rank, rank, ...)): a branch
     # the compiler proves dead keeps no layout facts for the block ops inside it, and
     # Triton 3.6's coalescing pass then fails on them (a staged cross-node load or store).
@@ -209,7 +217,7 @@ def heap_size(heap_bases):
     Example:
         >>> inside = (offset >= 0) & (offset < layout.heap_size(heap_bases))
     """
-    return tl.load(heap_bases + world_size(heap_bases)).to(tl.int64, bitcast=True)
+    return tl.load(_tail_slots(heap_bases) + _HEAP_SIZE_SLOT).to(tl.int64, bitcast=True)
 
 
 @triton.jit
@@ -224,7 +232,7 @@ def tracing_slots(heap_bases):
 
 @triton.jit
 def _tracing_slots_after(heap_bases, size):
-    return heap_bases + size + 1  # past the heap bases and the heap size
+    return heap_bases + size  # past the heap bases
 
 
 @triton.jit
@@ -255,13 +263,18 @@ def flight_slots(heap_bases):
 
 
 @triton.jit
+def _tail_slots(heap_bases):
+    return flight_slots(heap_bases) + _FLIGHT_SLOTS
+
+
+@triton.jit
 def staging(heap_bases):
     """``(area address, claim flags, slot count)`` of the cross-node staging area.
 
     Example:
         >>> area, flags, count = layout.staging(heap_bases)
     """
-    slots = flight_slots(heap_bases) + _FLIGHT_SLOTS + 1
+    slots = _tail_slots(heap_bases) + _TAIL_SLOTS
     area = tl.load(slots + _STAGING_AREA).to(tl.int64, bitcast=True)
     flags = tl.load(slots + _STAGING_FLAGS).to(tl.int64, bitcast=True).to(tl.pointer_type(tl.int32))
     count = tl.load(slots + _STAGING_COUNT).to(tl.int64, bitcast=True).to(tl.int32)

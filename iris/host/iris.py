@@ -148,8 +148,9 @@ class Iris:
         # The heap size slot bounds IRIS_DEBUG's pointer checks: in the user's context, exactly the
         # bytes the user may address (a store past them would reach Iris's reserved region);
         # Iris's own kernels take a copy that also covers the reserved region (_iris_context).
-        context = [self.cur_rank, self.num_ranks, *self.heap.bases, self.heap.size]
+        context = [self.cur_rank, self.num_ranks, *self.heap.bases]
         context += [0] * (layout.context_length(self.num_ranks) - len(context))
+        context[layout.heap_size_slot(self.num_ranks)] = self.heap.size
         context[layout.ranks_per_node_slot(self.num_ranks)] = self.ranks_per_node
         if staging_pieces:
             area, flags = (self.heap.reserve(*piece) for piece in staging_pieces)

@@ -11,7 +11,7 @@ from conftest import get_pool
 from kernels import ping_pong_rounds
 
 import iris
-from iris.device.tracing import _region
+from iris.device.tracing import TraceEvent, _region
 from iris_trace import schema
 from iris_trace.events import EVENT_NAMES, decode_records
 from iris_trace.trace import Trace, TraceFileError
@@ -122,6 +122,27 @@ def _upstream_export_body(rank, world_size, directory):
         else:
             assert merged == {}
         ctx.barrier()
+
+
+def _upstream_buffers_body(rank, world_size):
+    with iris.iris(1 << 22) as ctx:
+        assert ctx.tracing.trace_buffers is None  # upstream's: no buffers before enable
+        src, dst = ctx.randn(BLOCK), ctx.zeros(BLOCK)
+        ctx.tracing.enable(max_events=1000)
+        put_blocks[(2,)](src, dst, N, 1, rank, world_size, ctx.get_heap_bases(), BLOCK=BLOCK)
+        puts = 2 * (world_size - 1)
+        bufs = ctx.tracing.trace_buffers
+        assert all(len(column) == 1000 for column in bufs.values())
+        assert bufs["event_id"][:puts].tolist() == [int(TraceEvent().put)] * puts
+        assert bufs["event_id"][puts:].eq(0).all() and bufs["cur_rank"][:puts].eq(rank).all()
+        assert (bufs["duration_cycles"][:puts] >= bufs["timestamp"][:puts]).all()  # the end time
+        assert bufs["payload_size"][:puts].eq(N * 4).all() and bufs["timestamp"].dtype == torch.int64
+        assert (bufs["timestamp"][1:puts] >= bufs["timestamp"][: puts - 1]).all()  # in starting order
+        ctx.barrier()
+
+
+def test_upstream_trace_buffers_hold_this_ranks_events_by_field(multi_world):
+    multi_world.run(_upstream_buffers_body)
 
 
 def test_upstream_export_writes_its_files_and_returns_its_documents(multi_world, tmp_path):

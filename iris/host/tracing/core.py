@@ -294,6 +294,26 @@ class Tracing:
         dropped = self._dropped.view(self._regions, COUNTER_STRIDE)[:, 0].sum()
         return (recorded + dropped).to(torch.int32).view(1)
 
+    @property
+    def trace_buffers(self) -> dict[str, torch.Tensor] | None:
+        """This rank's events as upstream Iris's per-field buffers, ``None`` before :meth:`enable`.
+
+        A dict of device tensors named as upstream's (``event_id``, ``pid``, ``pid_m``,
+        ``pid_n``, ``cur_rank``, ``target_rank``, ``xcc_id``, ``cu_id``, ``timestamp``,
+        ``address``, ``duration_cycles`` (the end time, as upstream's), ``op_index``,
+        ``payload_size``), read from the trace buffers when asked: a copy, in the order the
+        events started, at least ``max_events`` long and zero past the last event. Times
+        are nanoseconds of this GPU's timer (upstream: cycles); event ids are
+        ``iris.host.tracing.events.TraceEvent``'s.
+
+        Example:
+            >>> bufs = ctx.tracing.trace_buffers
+            >>> assert bufs["event_id"][0].item() == int(TraceEvent().put)
+        """
+        if self._records is None:
+            return None
+        return upstream_json.trace_buffers(self.events(), self.max_events, self._ctx.get_device())
+
     # ------------------------------------------------------------------ internals
     def _require_buffers(self) -> None:
         if self._records is None:

@@ -24,6 +24,7 @@ import socket
 import sys
 
 import numpy as np
+import torch
 
 from iris_trace import files
 from iris_trace.events import event_name
@@ -51,6 +52,44 @@ FIELDS = {
         "payload_size": "bytes the op moved (active lanes x element size)",
     },
 }
+
+
+#: Upstream's ``trace_buffers`` columns: (this package's event field, dtype). ``xcc_id`` has
+#: no field (0: NVIDIA GPUs have no XCCs); ``duration_cycles`` holds the end time, as upstream's does.
+BUFFER_COLUMNS = {
+    "event_id": ("event_id", torch.int32),
+    "pid": ("pid", torch.int32),
+    "pid_m": ("pid_m", torch.int32),
+    "pid_n": ("pid_n", torch.int32),
+    "cur_rank": ("cur_rank", torch.int32),
+    "target_rank": ("target_rank", torch.int32),
+    "xcc_id": (None, torch.int32),
+    "cu_id": ("cu_id", torch.int32),
+    "timestamp": ("start_ns", torch.int64),
+    "address": ("address", torch.int64),
+    "duration_cycles": ("end_ns", torch.int64),
+    "op_index": ("op_index", torch.int32),
+    "payload_size": ("payload_bytes", torch.int32),
+}
+
+
+def trace_buffers(events: np.ndarray, length: int, device) -> dict[str, torch.Tensor]:
+    """``events`` as upstream's ``ctx.tracing.trace_buffers``: one tensor per column, events in
+    the order they started, zero past the last one, ``max(length, len(events))`` long.
+
+    Example:
+        >>> trace_buffers(ctx.tracing.events(), 1000, "cuda")["event_id"][0]
+        tensor(4, device='cuda:0', dtype=torch.int32)
+    """
+    events = events[np.argsort(events["start_ns"], kind="stable")]
+    size = max(int(length), len(events))
+    columns = {}
+    for column, (field, dtype) in BUFFER_COLUMNS.items():
+        values = torch.zeros(size, dtype=dtype)
+        if field is not None and len(events):
+            values[: len(events)] = torch.from_numpy(events[field].astype(np.int64)).to(dtype)
+        columns[column] = values.to(device)
+    return columns
 
 
 def export(tracing, filename: str, merge: bool) -> dict:

@@ -26,8 +26,8 @@ The copies get two vendor changes, the same in every file (:func:`port_to_nvidia
 launch options only AMD's Triton takes (``waves_per_eu``, ``matrix_instr_nonkdim``,
 ``kpack``), which NVIDIA's Triton refuses (``KeyError: Keyword argument ... unrecognised``),
 are dropped from kernel launches (``kernel[grid](..., waves_per_eu=2)``), and Gluon layouts
-written for AMD's 64-lane wavefront (``gl.BlockedLayout([1], [64], ...)``) get NVIDIA's 32
-lanes. The results say how many changes each copy got; ``--unported`` runs the files
+written for AMD's 64-lane wavefront (``gl.BlockedLayout([1], [64], ...)``, and a host
+constant of 64 commented as the wavefront size) get NVIDIA's 32 lanes. The results say how many changes each copy got; ``--unported`` runs the files
 exactly as they are.
 
 Several files run at once (``--jobs``); a launch of N ranks takes N GPUs in turn, so
@@ -66,6 +66,8 @@ _OUTCOME = re.compile(r"^(FAILED|ERROR) (\S+)(?: - (.*))?$")
 AMD_LAUNCH_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
 #: Lanes of a warp: AMD's wavefront, NVIDIA's warp.
 AMD_LANES, NVIDIA_LANES = 64, 32
+#: The comment that marks a host constant as the lanes of a warp (``BLOCK_SIZE = 64  # AMD wavefront size``).
+_WAVEFRONT_COMMENT = re.compile(r"\s*#.*\bwavefront\b", re.IGNORECASE)
 #: Lines of a failing file's rank-0 output kept in the results.
 TAIL_LINES = 60
 #: Upstream's application examples: (folder, entry file, arguments; {n} is the rank count).
@@ -103,13 +105,16 @@ def port_to_nvidia(source: str) -> tuple[str, int]:
     A launch is a call of a subscript (``kernel[grid](...)``): an option in
     :data:`AMD_LAUNCH_OPTIONS` goes with the comma after it. A ``BlockedLayout`` call whose
     lanes per warp (its second argument) are the list ``[64]`` gets ``[32]``. The rest of
-    the text is kept as it was.
+    the text is kept as it was. So is an assignment of 64 whose line's comment names the
+    wavefront (a host constant that sets a Gluon kernel's lanes).
 
     Example:
         >>> port_to_nvidia("k[g](a, waves_per_eu=2, num_warps=4)")
         ('k[g](a, num_warps=4)', 1)
         >>> port_to_nvidia("layout = gl.BlockedLayout([1], [64], [4], [0])")
         ('layout = gl.BlockedLayout([1], [32], [4], [0])', 1)
+        >>> port_to_nvidia("BLOCK_SIZE = 64  # AMD wavefront size")
+        ('BLOCK_SIZE = 32  # AMD wavefront size', 1)
     """
     try:
         tree = ast.parse(source)
@@ -130,6 +135,11 @@ def port_to_nvidia(source: str) -> tuple[str, int]:
         return position(node.lineno, node.col_offset), position(node.end_lineno, node.end_col_offset)
 
     edits = []  # (start, end, replacement)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and getattr(node.value, "value", None) == AMD_LANES:
+            after = lines[node.end_lineno - 1].encode("utf-8", "surrogateescape")[node.end_col_offset :]
+            if _WAVEFRONT_COMMENT.match(after.decode("utf-8", "surrogateescape")):
+                edits.append((*span(node.value), str(NVIDIA_LANES)))
     for call in ast.walk(tree):
         if not isinstance(call, ast.Call):
             continue

@@ -55,6 +55,13 @@ def test_gluon_layouts_for_a_64_lane_wavefront_get_32_lanes():
         assert runner.port_to_nvidia(kept) == (kept, 0)
 
 
+def test_a_host_constant_commented_as_the_wavefront_size_gets_32():
+    source = "def test():\n    BLOCK_SIZE = 64  # AMD wavefront size (64 threads per warp)\n"
+    assert runner.port_to_nvidia(source) == (source.replace("= 64", "= 32"), 1)
+    for kept in ("BLOCK_SIZE = 64\n", "N = 64  # rows\n", "W = 128  # wavefront\n", "x = 64; # wavefront\n"):
+        assert runner.port_to_nvidia(kept) == (kept, 0)
+
+
 def test_a_folder_is_ported_file_by_file(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "wrapper.py").write_text(LAUNCH)

@@ -350,11 +350,31 @@ What the costs are made of: [tracing.md](tracing.md#cost).
 | machine | GEMM + all-scatter: untraced, disabled, enabled | ring put: disabled, enabled | `ctx.ops` 4096 x 8192 x 8192: style, untraced, enabled | `ctx.ops` 16384 x 8192 x 8192: style, untraced, enabled | `ctx.device_barrier`: untraced, enabled |
 | --- | --- | --- | --- | --- | --- |
 {chr(10).join(rows)}
-
+{_sampled_runs_sentence(runs)}
 One rank on one H200: GEMM + store {gemm["untraced"]["us"]:.1f} us, disabled {_pct(gemm["disabled"]["overhead_pct"])}, enabled {_pct(gemm["enabled"]["overhead_pct"])}; a copy of 256 MiB to itself in 16 KiB ops, disabled {_pct(put["disabled"]["overhead_pct"])}, enabled {_pct(put["enabled"]["overhead_pct"])} ({put["events_per_second"] / 1e6:.0f} M events/s, the harshest case there is).{_sampled_sentence(one_rank, gemm, put)}
 
 {_source(*runs.values(), one_rank)}
 """
+
+
+def _sampled_runs_sentence(runs: dict[str, dict]) -> str:
+    parts = []
+    for machine, run in runs.items():
+        gemm = {r["kernel"]: r for r in run["results"]}["gemm+all-scatter"]
+        if "sampled" not in gemm:  # runs from before sampling existed
+            continue
+        own_build = 100 * (gemm["sampled"]["us"] / gemm["disabled"]["us"] - 1)
+        parts.append(
+            f"{_label(machine)} {_pct(gemm['sampled']['overhead_pct'])} (against the same build with "
+            f"tracing off, {_pct(own_build)}; untraced again {_pct(gemm['untraced_again']['overhead_pct'])})"
+        )
+    if not parts:
+        return ""
+    period = next(run["sample_period"] for run in runs.values() if "sample_period" in run)
+    return (
+        f"\nSampled, one program in {period} recording (`enable(sample=...)`), GEMM + all-scatter "
+        f"against untraced: {'; '.join(parts)}.\n"
+    )
 
 
 def _sampled_sentence(run: dict, gemm: dict, put: dict) -> str:

@@ -54,23 +54,18 @@ FIELDS = {
 }
 
 
-#: Upstream's ``trace_buffers`` columns: (this package's event field, dtype). ``xcc_id`` has
-#: no field (0: NVIDIA GPUs have no XCCs); ``duration_cycles`` holds the end time, as upstream's does.
-BUFFER_COLUMNS = {
-    "event_id": ("event_id", torch.int32),
-    "pid": ("pid", torch.int32),
-    "pid_m": ("pid_m", torch.int32),
-    "pid_n": ("pid_n", torch.int32),
-    "cur_rank": ("cur_rank", torch.int32),
-    "target_rank": ("target_rank", torch.int32),
-    "xcc_id": (None, torch.int32),
-    "cu_id": ("cu_id", torch.int32),
-    "timestamp": ("start_ns", torch.int64),
-    "address": ("address", torch.int64),
-    "duration_cycles": ("end_ns", torch.int64),
-    "op_index": ("op_index", torch.int32),
-    "payload_size": ("payload_bytes", torch.int32),
-}
+#: Upstream's ``trace_buffers`` columns, in its order.
+BUFFER_COLUMNS = (
+    "event_id", "pid", "pid_m", "pid_n", "cur_rank", "target_rank", "xcc_id", "cu_id",
+    "timestamp", "address", "duration_cycles", "op_index", "payload_size",
+)  # fmt: skip
+#: The columns whose event field has another name; ``xcc_id`` has none (0: NVIDIA GPUs have no
+#: XCCs) and ``duration_cycles`` holds the end time, as upstream's does.
+_FIELD_OF = {
+    "xcc_id": None, "timestamp": "start_ns", "duration_cycles": "end_ns", "payload_size": "payload_bytes",
+}  # fmt: skip
+#: The columns upstream keeps as int64; the others are int32.
+_INT64_COLUMNS = ("timestamp", "address", "duration_cycles")
 
 
 def trace_buffers(events: np.ndarray, length: int, device) -> dict[str, torch.Tensor]:
@@ -84,7 +79,9 @@ def trace_buffers(events: np.ndarray, length: int, device) -> dict[str, torch.Te
     events = events[np.argsort(events["start_ns"], kind="stable")]
     size = max(int(length), len(events))
     columns = {}
-    for column, (field, dtype) in BUFFER_COLUMNS.items():
+    for column in BUFFER_COLUMNS:
+        field = _FIELD_OF.get(column, column)
+        dtype = torch.int64 if column in _INT64_COLUMNS else torch.int32
         values = torch.zeros(size, dtype=dtype)
         if field is not None and len(events):
             values[: len(events)] = torch.from_numpy(events[field].astype(np.int64)).to(dtype)

@@ -186,6 +186,7 @@ def test_upstreams_simulation_switch_takes_only_its_three_words(monkeypatch):
 
 def test_the_device_of_a_rank_wraps_only_where_ranks_share_devices(monkeypatch):
     monkeypatch.delenv("IRIS_SIMULATION", raising=False)
+    monkeypatch.delenv("IRIS_RANKS_PER_GPU", raising=False)  # GPU passes set it where ranks share a GPU
     assert iris.get_device_id_for_rank(5) == 5
     monkeypatch.setenv("IRIS_SIMULATION", "1")
     from iris.host.platform import utils

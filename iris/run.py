@@ -5,28 +5,47 @@ If one rank fails, the launcher says which and how (its exit status, or the sign
 ended it, with what to try next), stops the others, and exits with that rank's status
 (``128 + N`` for a rank ended by signal N, as a shell reports it); so are all of them
 stopped when the launcher itself gets SIGTERM or SIGINT. A rank killed by a signal is
-named before peers that exited with a status at most ``BLAME_GRACE_S`` before it ended:
-those usually failed because it went.
+named before peers that exited with a status: those usually failed because it went. A
+rank with a context notes a signal it gets as it gets it (``note_signal``), so it is
+named even while its shutdown is still under way; one without is waited for up to
+``BLAME_GRACE_S`` after a peer exits with a status.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
-from .host.launch import backend_environment, host_rendezvous_store, rank_environment
+from .host.launch import (
+    SIGNAL_NOTES,
+    backend_environment,
+    host_rendezvous_store,
+    noted_signals,
+    rank_environment,
+)
 
 
 def launch(script: str, script_args: list[str], nprocs: int, timeout: float | None) -> int:
     """Start ``nprocs`` copies of ``script`` and return the first failing rank's exit status (or 0)."""
     store = host_rendezvous_store()  # lives until every rank has exited
+    notes = tempfile.mkdtemp(prefix="iris-run-signals-")  # private: where ranks note signals they get
+    try:
+        return _launch(script, script_args, nprocs, timeout, store, notes)
+    finally:
+        shutil.rmtree(notes, ignore_errors=True)
+
+
+def _launch(script, script_args, nprocs, timeout, store, notes) -> int:
     procs = []
     for rank in range(nprocs):
         env = {**os.environ, **backend_environment(), **rank_environment(rank, nprocs, store.port)}
+        env[SIGNAL_NOTES] = notes
         procs.append(subprocess.Popen([sys.executable, script, *script_args], env=env))
     # A launcher killed by ``timeout`` or Ctrl-C must not leave its ranks running.
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -36,7 +55,7 @@ def launch(script: str, script_args: list[str], nprocs: int, timeout: float | No
     while [p.poll() for p in procs].count(None):  # poll every rank, not just the first running one
         failed = failures([p.returncode for p in procs])
         if failed and failed[0][1] >= 0:
-            failed = _settled_failures(procs)
+            failed = _signalled_first(failed, noted_signals(notes)) or _settled_failures(procs)
         timed_out = deadline is not None and time.monotonic() > deadline
         if failed or timed_out:
             if timed_out:
@@ -57,6 +76,15 @@ def launch(script: str, script_args: list[str], nprocs: int, timeout: float | No
 #: Seconds the launcher, having seen a rank exit with a status, waits for a peer to die by a
 #: signal (then named instead) before it names that rank and stops the others.
 BLAME_GRACE_S = 2.0
+
+
+def _signalled_first(failed: list[tuple[int, int]], noted: dict[int, int]) -> list[tuple[int, int]]:
+    # Ranks that noted a signal, as if it had ended them (it will), before the others;
+    # none when no rank noted one.
+    if not noted:
+        return []
+    others = [failure for failure in failed if failure[0] not in noted]
+    return sorted((rank, -signum) for rank, signum in noted.items()) + others
 
 
 def _settled_failures(procs) -> list[tuple[int, int]]:

@@ -410,6 +410,50 @@ def test_a_rank_dying_by_a_signal_just_after_a_peer_failed_is_the_one_named(tmp_
     assert "iris.run: rank 1 was killed by SIGINT" in result.stderr
 
 
+def test_a_rank_that_noted_a_signal_is_named_while_its_shutdown_is_still_under_way(tmp_path):
+    # Rank 1 notes SIGINT as its context's handler does, then takes longer to shut down than
+    # the launcher's grace; rank 0 fails meanwhile, as a peer whose collective broke.
+    script, up = tmp_path / "slow.py", tmp_path / "up"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "from iris.host.launch import note_signal\n"
+        "up = sys.argv[1]\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    while not os.path.exists(up):\n        time.sleep(0.01)\n"
+        "    sys.exit(1)\n"
+        "note_signal(signal.SIGINT)\nopen(up, 'w').close()\ntime.sleep(60)\n"
+    )
+    command = [sys.executable, "-m", "iris.run", "-n", "2", str(script), str(up)]
+    started = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 128 + signal.SIGINT, result.stderr
+    assert "iris.run: rank 1 was killed by SIGINT" in result.stderr
+    assert time.monotonic() - started < 30  # the launcher stopped rank 1 rather than wait for it
+
+
+def test_a_signal_note_is_made_once_in_the_launchers_directory_and_nowhere_else(tmp_path, monkeypatch):
+    from iris.host.launch import SIGNAL_NOTES, note_signal, noted_signals
+
+    monkeypatch.delenv(SIGNAL_NOTES, raising=False)
+    monkeypatch.setenv("RANK", "3")
+    note_signal(signal.SIGTERM)  # outside a launcher: nothing
+    monkeypatch.setenv(SIGNAL_NOTES, str(tmp_path))
+    note_signal(signal.SIGTERM)
+    note_signal(signal.SIGINT)  # the first note stays
+    (tmp_path / "stray").write_text("x")
+    assert noted_signals(str(tmp_path)) == {3: signal.SIGTERM}
+    monkeypatch.setenv("RANK", "../4")
+    note_signal(signal.SIGINT)  # a rank that is no number: nothing
+    (tmp_path / "rank3").unlink()
+    (tmp_path / "rank3").symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setenv("RANK", "3")
+    note_signal(signal.SIGINT)  # a link in the note's place is not followed
+    assert not (tmp_path / "elsewhere").exists() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "rank3",
+        "stray",
+    ]
+
+
 def test_a_rank_killed_by_a_signal_is_blamed_before_the_peers_that_failed_with_it():
     from iris.run import failures
 

@@ -32,6 +32,7 @@ from iris_trace.hang import HangReport
 from ..device import intrinsics as hw
 from ..errors import WaitTimeoutError
 from .flight import FlightRecorder
+from .launch import note_signal
 
 #: Seconds between two looks of the watchdog at the timeout reports.
 POLL_SECONDS = 0.1
@@ -382,6 +383,7 @@ def _die_by(signum: int) -> None:
 
 
 def _on_signal(signum, frame) -> None:
+    note_signal(signum)
     _dump_all(signal.Signals(signum).name)
     previous = _previous_handlers.get(signum, signal.SIG_DFL)
     if callable(previous):

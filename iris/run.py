@@ -22,13 +22,8 @@ import sys
 import tempfile
 import time
 
-from .host.launch import (
-    SIGNAL_NOTES,
-    backend_environment,
-    host_rendezvous_store,
-    noted_signals,
-    rank_environment,
-)
+from .host.launch import backend_environment, host_rendezvous_store, rank_environment
+from .host.signal_notes import SIGNAL_NOTES, noted_signals
 
 
 def launch(script: str, script_args: list[str], nprocs: int, timeout: float | None) -> int:

@@ -416,7 +416,7 @@ def test_a_rank_that_noted_a_signal_is_named_while_its_shutdown_is_still_under_w
     script, up = tmp_path / "slow.py", tmp_path / "up"
     script.write_text(
         "import os, signal, sys, time\n"
-        "from iris.host.launch import note_signal\n"
+        "from iris.host.signal_notes import note_signal\n"
         "up = sys.argv[1]\n"
         "if os.environ['RANK'] == '0':\n"
         "    while not os.path.exists(up):\n        time.sleep(0.01)\n"
@@ -432,7 +432,7 @@ def test_a_rank_that_noted_a_signal_is_named_while_its_shutdown_is_still_under_w
 
 
 def test_a_signal_note_is_made_once_in_the_launchers_directory_and_nowhere_else(tmp_path, monkeypatch):
-    from iris.host.launch import SIGNAL_NOTES, note_signal, noted_signals
+    from iris.host.signal_notes import SIGNAL_NOTES, note_signal, noted_signals
 
     monkeypatch.delenv(SIGNAL_NOTES, raising=False)
     monkeypatch.setenv("RANK", "3")

@@ -106,7 +106,7 @@ LAYERS = [
     ("iris.config", "iris.host.log"),
     ("iris.device",),
     ("iris.host.prepared", "iris.host.distributed.helpers", "iris.host.group_slots", "iris.host.memory",
-     "iris.host.flight"),
+     "iris.host.flight", "iris.host.signal_notes"),
     ("iris.ccl", "iris.ops", "iris.host.copy_engine", "iris.host.tracing", "iris.host.hang",
      "iris.host.distributed.topology"),
 ]  # fmt: skip

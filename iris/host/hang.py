@@ -32,7 +32,7 @@ from iris_trace.hang import HangReport
 from ..device import intrinsics as hw
 from ..errors import WaitTimeoutError
 from .flight import FlightRecorder
-from .launch import note_signal
+from .signal_notes import note_signal
 
 #: Seconds between two looks of the watchdog at the timeout reports.
 POLL_SECONDS = 0.1

@@ -34,8 +34,9 @@ Context = device.DeviceContext
 _register_upstream_paths()
 kernel_artifacts.enable_from_environment()
 
-# Upstream's namespace holds its fused ops and Gluon API as well (``iris.ops.FusedConfig``).
-from . import gluon, ops  # noqa: E402
+# Upstream's namespace holds its fused ops, Gluon API and benchmark framework as well
+# (``iris.ops.FusedConfig``, ``iris.bench.main``).
+from . import bench, gluon, ops  # noqa: E402
 
 __all__ = [
     *device.__all__,
@@ -54,6 +55,7 @@ __all__ = [
     "Iris",
     "IrisFormatter",
     "WaitTimeoutError",
+    "bench",
     "do_bench",
     "get_device_id_for_rank",
     "gluon",

@@ -32,9 +32,9 @@
 #              and tile-collective suites (CROSSNODE_TESTS) at XN_SIZES (2) ranks, XN_PER_NODE (1)
 #              per node; put/get through mapped pointers and through NVSHMEM.
 #   topology   scripts/show_topology.py at NRANKS (one node, then nodes of two) and its tests.
-#   upstream   upstream Iris's own tests, then its application examples, through
-#              scripts/upstream_tests.py on UPSTREAM (default .upstream/: a copy of upstream's tests/
-#              and examples/, brought along where the machine cannot fetch) at UPSTREAM_RANKS (2, and
+#   upstream   upstream Iris's own tests, then its application examples and benchmark files, through
+#              scripts/upstream_tests.py on UPSTREAM (default .upstream/: a copy of upstream's tests/,
+#              examples/ and benchmark/, brought along where the machine cannot fetch) at UPSTREAM_RANKS (2, and
 #              4 on 4+ GPUs; one GPU per rank, as upstream's runner takes), UPSTREAM_ARGS added.
 #   tune       the sweeps behind the defaults (TUNE: small large pushed fused_shared fused_split
 #              fused_copies), into tune_<name>_<tag>.json.
@@ -197,8 +197,8 @@ if has upstream; then
   upstream=${UPSTREAM:-.upstream}
   upstream_ranks=${UPSTREAM_RANKS:-$([ "$gpus" -ge 4 ] && echo "2 4" || echo 2)}
   # shellcheck disable=SC2086 - the rank counts and arguments are lists
-  for kind in tests examples; do
-    flag=$([ $kind = examples ] && echo --examples)
+  for kind in tests examples benchmarks; do
+    flag=$([ $kind != tests ] && echo --$kind)
     timeout "${UPSTREAM_TIMEOUT:-3000}" python scripts/upstream_tests.py "$upstream" --ranks $upstream_ranks $flag \
       ${UPSTREAM_ARGS:-} --results "$out/upstream_${kind}_${card:-gpu}x${gpus}.json" 2>&1 | quiet | tail -40
   done

@@ -9,8 +9,12 @@ rank count with rank 0's passed / failed / skipped counts, then the totals::
     python scripts/upstream_tests.py ~/src/iris              # its five test folders, 2 and 4 ranks
     python scripts/upstream_tests.py ~/src/iris --ranks 2 --dirs ccl --jobs 4
     python scripts/upstream_tests.py ~/src/iris --examples   # its application examples
+    python scripts/upstream_tests.py ~/src/iris --benchmarks # its benchmark files (iris.bench)
 
-``--examples`` runs upstream's application examples (flash decode, all-gather + GEMM,
+``--benchmarks`` runs upstream's benchmark files (``benchmark/**/bench_*.py``, written
+for ``iris.bench``) one at a time, every combination of their axes at each rank count,
+timed briefly (``BENCH_TIMING``: correctness runs, not timings of record), and keeps their
+JSON rows. ``--examples`` runs upstream's application examples (flash decode, all-gather + GEMM,
 the ring all-reduces, the independent-stream GEMMs, the ccl and ops examples,
 expert-sharded MoE, message passing, the Gluon all-gather) with validation on, one at a
 time (several pick one fixed rendezvous port), each as upstream's READMEs launch it; a
@@ -27,8 +31,8 @@ launch options only AMD's Triton takes (``waves_per_eu``, ``matrix_instr_nonkdim
 ``kpack``), which NVIDIA's Triton refuses (``KeyError: Keyword argument ... unrecognised``),
 are dropped from kernel launches (``kernel[grid](..., waves_per_eu=2)``), and Gluon layouts
 written for AMD's 64-lane wavefront (``gl.BlockedLayout([1], [64], ...)``, and a host
-constant of 64 commented as the wavefront size) get NVIDIA's 32 lanes. The results say how many changes each copy got; ``--unported`` runs the files
-exactly as they are.
+constant of 64 commented as the wavefront size) get NVIDIA's 32 lanes. The results say how
+many changes each copy got; ``--unported`` runs the files exactly as they are.
 
 Several files run at once (``--jobs``); a launch of N ranks takes N GPUs in turn, so
 concurrent launches share GPUs (these are correctness runs, not timings). A launch needs a
@@ -95,6 +99,8 @@ EXAMPLES = (
 )
 #: Examples upstream runs at one rank count only.
 EXAMPLE_RANKS = {"31_message_passing": (2,)}
+#: How upstream's benchmark files are timed here: correctness runs, not timings of record.
+BENCH_TIMING = ("--n_warmup=2", "--n_repeat=5")
 _FAILED_VALIDATION = re.compile(r"validation failed|failed validation|mismatch|not close", re.IGNORECASE)
 _TIMING = re.compile(r"\d\s*(ms|us|tflops|gb/s)\b", re.IGNORECASE)
 
@@ -251,6 +257,32 @@ def run_example(
     return result
 
 
+def run_benchmark(upstream: Path, bench: Path, ranks: int, gpus: list[int], timeout: float) -> dict:
+    """One upstream benchmark file (``iris.bench``) at ``ranks`` ranks: every combination of its
+    axes, timed briefly (``BENCH_TIMING``); the results are its JSON records."""
+    env = _environment(upstream, gpus)
+    records_path = bench.with_name(f".{bench.stem}_{ranks}.json")
+    command = [
+        sys.executable, str(bench), f"--axis_num_ranks={ranks}", *BENCH_TIMING, "--benchmark_format=json",
+        f"--benchmark_out={records_path}",
+    ]  # fmt: skip
+    output, returncode, seconds = _run(command, upstream, env, timeout)
+    records = json.loads(records_path.read_text()) if returncode == 0 and records_path.is_file() else []
+    result = {
+        "benchmark": str(bench.relative_to(upstream)),
+        "ranks": ranks,
+        "seconds": seconds,
+        "returncode": returncode,
+        "ok": returncode == 0,
+        "combinations": len(records),
+        "skipped": sum(bool(r.get("skipped")) for r in records),
+        "records": records,
+    }
+    if returncode != 0:
+        result["tail"] = output.splitlines()[-TAIL_LINES:]
+    return result
+
+
 def _environment(upstream: Path, gpus: list[int]) -> dict:
     # This package first, then upstream's root (its tests import ``examples.common``; it
     # holds no ``iris``).
@@ -303,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--examples", action="store_true", help="run upstream's application examples, not its tests"
     )
+    parser.add_argument(
+        "--benchmarks", action="store_true", help="run upstream's benchmark files (iris.bench), not its tests"
+    )
     parser.add_argument("--jobs", type=int, default=4, help="files run at once (default 4)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one file may take (default 900)")
     parser.add_argument(
@@ -328,7 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.jobs < 1 or args.repeat < 1:
         parser.error("--jobs and --repeat must be at least 1")
-    results_path = args.results or default_results("upstream_examples" if args.examples else "upstream_tests")
+    if args.examples and args.benchmarks:
+        parser.error("--examples and --benchmarks are two runs: give one")
+    kind = "examples" if args.examples else "benchmarks" if args.benchmarks else "tests"
+    results_path = args.results or default_results(f"upstream_{kind}")
     results_path.parent.mkdir(parents=True, exist_ok=True)
 
     record = {
@@ -341,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     private = Path(tempfile.mkdtemp(prefix="iris-upstream-tests-"))
     try:
-        for folder in ("tests", "examples"):
+        for folder in ("tests", "examples", "benchmark"):
             if (args.upstream / folder).is_dir():
                 shutil.copytree(args.upstream / folder, private / folder, symlinks=True)
                 if not args.unported:
@@ -355,6 +393,15 @@ def main(argv: list[str] | None = None) -> int:
                 if n in EXAMPLE_RANKS.get(folder, (n,)) and _chosen(args.match, f"{folder}/{entry}")
             ]
             workers = 1  # several examples rendezvous on one fixed port
+        elif args.benchmarks:
+            jobs = [
+                (functools.partial(run_benchmark, private, bench), n)
+                for n in args.ranks
+                for _ in range(args.repeat)
+                for bench in sorted((private / "benchmark").rglob("bench_*.py"))
+                if _chosen(args.match, str(bench.relative_to(private)))
+            ]
+            workers = 1  # timed runs: one at a time
         else:
             jobs = [
                 (functools.partial(run_file, private, test), n)
@@ -390,6 +437,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.examples:
             print(f"{n} ranks: {sum(r['ok'] for r in rows)} of {len(rows)} examples ran and validated")
             continue
+        if args.benchmarks:
+            combinations = sum(r["combinations"] for r in rows)
+            ran = sum(r["ok"] for r in rows)
+            print(f"{n} ranks: {ran} of {len(rows)} benchmark files ran, {combinations} rows")
+            continue
         totals = {k: sum(r.get(k, 0) for r in rows) for k in ("passed", "failed", "errors", "skipped")}
         broken = [
             r["file"] for r in rows if r["returncode"] != 0 and not r.get("failed") and not r.get("errors")
@@ -406,7 +458,16 @@ def _chosen(match: str, path: str) -> bool:
 
 
 def _print_result(result: dict) -> None:
-    head = f"{result['ranks']} ranks  {result.get('file') or result['example']:58s}"
+    head = (
+        f"{result['ranks']} ranks  {result.get('file') or result.get('example') or result['benchmark']:58s}"
+    )
+    if "benchmark" in result:
+        verdict = "ok" if result["ok"] else "FAILED"
+        rows = f"{result['combinations']} rows, {result['skipped']} skipped"
+        print(f"{head} {verdict}  {rows}  rc {result['returncode']}  {result['seconds']:.0f} s", flush=True)
+        for line in result.get("tail", [])[-8:]:
+            print(f"    {line[:200]}", flush=True)
+        return
     if "example" in result:
         verdict = "ok" if result["ok"] else "FAILED"
         print(f"{head} {verdict}  rc {result['returncode']}  {result['seconds']:.0f} s", flush=True)

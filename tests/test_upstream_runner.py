@@ -69,3 +69,24 @@ def test_a_folder_is_ported_file_by_file(tmp_path):
     assert runner.port_folder(tmp_path) == 3
     assert "matrix_instr_nonkdim" not in (tmp_path / "sub" / "wrapper.py").read_text()
     assert (tmp_path / "plain.py").read_text() == "x = 1\n"
+
+
+#: A stand-in for an upstream benchmark file: it writes one JSON row per flag it was given.
+STUB_BENCH = """\
+import json, sys
+flags = [a for a in sys.argv[1:] if not a.startswith("--benchmark_out=")]
+out = next(a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--benchmark_out="))
+rows = [{"benchmark": "stub", "params": {"flag": f}} for f in flags] + [{"skipped": True}]
+open(out, "w").write(json.dumps(rows))
+"""
+
+
+def test_a_benchmark_file_runs_at_the_rank_count_asked_and_its_rows_are_kept(tmp_path):
+    bench = tmp_path / "benchmark" / "ccl" / "bench_stub.py"
+    bench.parent.mkdir(parents=True)
+    bench.write_text(STUB_BENCH)
+    result = runner.run_benchmark(tmp_path, bench, 2, [0], timeout=60)
+    assert result["ok"] and result["benchmark"] == "benchmark/ccl/bench_stub.py" and result["ranks"] == 2
+    flags = [row["params"]["flag"] for row in result["records"] if not row.get("skipped")]
+    assert flags == ["--axis_num_ranks=2", *runner.BENCH_TIMING, "--benchmark_format=json"]
+    assert result["combinations"] == 5 and result["skipped"] == 1

@@ -154,6 +154,24 @@ def test_heap_reports_requested_free_and_total_when_full(world):
     world.run(_exhaust_body)
 
 
+def _rewind_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        allocator = ctx.heap.allocator  # upstream's path
+        mark = allocator.heap_offset
+        first = ctx.zeros(256)
+        assert allocator.heap_offset > mark
+        allocator.heap_offset = mark
+        again = ctx.zeros(256)
+        assert again.data_ptr() == first.data_ptr() and ctx.heap.used == allocator.heap_offset
+        for bad in (-1, (1 << 20) + 1, 1.5, True, "0"):
+            with pytest.raises(ValueError, match="heap_offset must be an int"):
+                allocator.heap_offset = bad
+
+
+def test_upstreams_heap_offset_rewinds_the_allocator(world):
+    world.run(_rewind_body)
+
+
 def _close_body(rank, world_size):
     for _ in range(3):
         ctx = iris.iris(1 << 20)

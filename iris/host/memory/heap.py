@@ -148,6 +148,38 @@ class SymmetricHeap:
         """Bytes still available."""
         return self.size - self._next_offset
 
+    @property
+    def allocator(self) -> SymmetricHeap:
+        """Upstream Iris's path to the heap's bump allocator (``ctx.heap.allocator.heap_offset``):
+        the heap itself here.
+
+        Example:
+            >>> mark = ctx.heap.allocator.heap_offset
+        """
+        return self
+
+    @property
+    def heap_offset(self) -> int:
+        """Where the next allocation starts (upstream's name for :attr:`used`). Set it back to an
+        earlier value to hand out that memory again, as upstream's benchmarks do between calls:
+        tensors allocated after that point then share memory with the new ones.
+
+        Raises:
+            ValueError: set to anything but an int in ``[0, size]``.
+
+        Example:
+            >>> mark = ctx.heap.heap_offset
+            >>> scratch = ctx.zeros(1024)
+            >>> ctx.heap.heap_offset = mark   # scratch's memory is handed out again
+        """
+        return self._next_offset
+
+    @heap_offset.setter
+    def heap_offset(self, offset: int) -> None:
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= self.size:
+            raise ValueError(f"iris: heap_offset must be an int in [0, {self.size}], got {offset!r}")
+        self._next_offset = offset
+
     def accepts_device(self, requested: torch.device, heap_device: torch.device | None = None) -> bool:
         """Whether a user's ``device=`` names this heap's device (``heap_device``), by the backend's rule.
 

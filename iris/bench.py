@@ -487,6 +487,7 @@ def main(argv: list[str] | None = None) -> list[Result]:
         >>> if __name__ == "__main__":
         ...     bench.main()
     """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     parser = _parser()
@@ -521,9 +522,15 @@ def main(argv: list[str] | None = None) -> list[Result]:
             min_nodes=1, max_nodes=1, nproc_per_node=n, rdzv_backend="c10d", rdzv_endpoint="localhost:0",
             max_restarts=0,
         )  # fmt: skip
-        by_rank = elastic_launch(launch, _run_worker)(
-            chosen, overrides, skips, args.heap_size, args.n_warmup, args.n_repeat
-        )
+        try:
+            by_rank = elastic_launch(launch, _run_worker)(
+                chosen, overrides, skips, args.heap_size, args.n_warmup, args.n_repeat
+            )
+        except ChildFailedError as failed:
+            # The rank's own traceback is above (the ranks write to this process's stderr).
+            rank, failure = failed.get_first_failure()
+            code = failure.exitcode
+            sys.exit(f"iris.bench: rank {rank} of a {n}-rank launch failed (exit {code}); its error is above")
         results += by_rank[0]
     output = FORMATS[args.benchmark_format](results)
     print(output, end="")

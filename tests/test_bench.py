@@ -96,6 +96,13 @@ SCRIPT = """
     def never(state, ctx):
         state.skip("left out on purpose")
 
+    @bench.register
+    @bench.axis("num_ranks", [2])
+    def broken(state, ctx):
+        if ctx.get_rank() == 1:
+            raise ValueError("this benchmark's own mistake")
+        state.exec(lambda: None)
+
     if __name__ == "__main__":
         bench.main()
 """
@@ -121,8 +128,8 @@ BACKENDS = ["emulated"] + ["cuda"] * (iris.BACKEND == "cuda")
 def test_a_benchmark_file_runs_its_ranks_and_writes_upstreams_json(tmp_path, backend):
     out = tmp_path / "results.json"
     done = _bench(
-        tmp_path, "--axis_n=64", "--n_warmup=1", "--n_repeat=3", "--heap_size=4194304",
-        "--benchmark_format=json", f"--benchmark_out={out}", backend=backend,
+        tmp_path, "--benchmark_filter=put_ring|never", "--axis_n=64", "--n_warmup=1", "--n_repeat=3",
+        "--heap_size=4194304", "--benchmark_format=json", f"--benchmark_out={out}", backend=backend,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     records = json.loads(out.read_text())
@@ -132,6 +139,14 @@ def test_a_benchmark_file_runs_its_ranks_and_writes_upstreams_json(tmp_path, bac
     assert len(timed["all_times_ms"]) == 3 and timed["gpu_time_ms"] > 0 and timed["bandwidth_gbps"] > 0
     assert timed["counters"] == {"ranks": 2.0} and timed["world_size"] == 2
     assert skipped["skipped"] and skipped["skip_reason"] == "left out on purpose"
+
+
+def test_a_failing_rank_is_named_in_one_line_under_its_own_error(tmp_path):
+    done = _bench(tmp_path, "--benchmark_filter=broken", "--n_repeat=1", "--heap_size=4194304")
+    assert done.returncode == 1 and "this benchmark's own mistake" in done.stderr
+    assert done.stderr.rstrip().splitlines()[-1] == (
+        "iris.bench: rank 1 of a 2-rank launch failed (exit 1); its error is above"
+    )
 
 
 def test_an_unknown_argument_is_refused_in_one_line_before_any_launch(tmp_path):

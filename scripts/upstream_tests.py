@@ -30,8 +30,8 @@ The copies get two vendor changes, the same in every file (:func:`port_to_nvidia
 launch options only AMD's Triton takes (``waves_per_eu``, ``matrix_instr_nonkdim``,
 ``kpack``), which NVIDIA's Triton refuses (``KeyError: Keyword argument ... unrecognised``),
 are dropped from kernel launches (``kernel[grid](..., waves_per_eu=2)``), and Gluon layouts
-written for AMD's 64-lane wavefront (``gl.BlockedLayout([1], [64], ...)``, and a host
-constant of 64 commented as the wavefront size) get NVIDIA's 32 lanes. The results say how
+written for AMD's 64-lane wavefront (``gl.BlockedLayout([1], [64], ...)``, or lanes given
+by a name that the file sets to 64) get NVIDIA's 32 lanes. The results say how
 many changes each copy got; ``--unported`` runs the files exactly as they are.
 
 Several files run at once (``--jobs``); a launch of N ranks takes N GPUs in turn, so
@@ -70,8 +70,6 @@ _OUTCOME = re.compile(r"^(FAILED|ERROR) (\S+)(?: - (.*))?$")
 AMD_LAUNCH_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
 #: Lanes of a warp: AMD's wavefront, NVIDIA's warp.
 AMD_LANES, NVIDIA_LANES = 64, 32
-#: The comment that marks a host constant as the lanes of a warp (``BLOCK_SIZE = 64  # AMD wavefront size``).
-_WAVEFRONT_COMMENT = re.compile(r"\s*#.*\bwavefront\b", re.IGNORECASE)
 #: Lines of a failing file's rank-0 output kept in the results.
 TAIL_LINES = 60
 #: Upstream's application examples: (folder, entry file, arguments; {n} is the rank count).
@@ -111,16 +109,16 @@ def port_to_nvidia(source: str) -> tuple[str, int]:
     A launch is a call of a subscript (``kernel[grid](...)``): an option in
     :data:`AMD_LAUNCH_OPTIONS` goes with the comma after it. A ``BlockedLayout`` call whose
     lanes per warp (its second argument) are the list ``[64]`` gets ``[32]``. The rest of
-    the text is kept as it was. So is an assignment of 64 whose line's comment names the
-    wavefront (a host constant that sets a Gluon kernel's lanes).
+    the text is kept as it was. Where a layout's lanes are a name (``[BLOCK_SIZE]``, a
+    kernel's parameter), the file's assignments of 64 to that name get 32.
 
     Example:
         >>> port_to_nvidia("k[g](a, waves_per_eu=2, num_warps=4)")
         ('k[g](a, num_warps=4)', 1)
         >>> port_to_nvidia("layout = gl.BlockedLayout([1], [64], [4], [0])")
         ('layout = gl.BlockedLayout([1], [32], [4], [0])', 1)
-        >>> port_to_nvidia("BLOCK_SIZE = 64  # AMD wavefront size")
-        ('BLOCK_SIZE = 32  # AMD wavefront size', 1)
+        >>> port_to_nvidia("L = gl.BlockedLayout([1], [B], [1], [0]); B = 64")
+        ('L = gl.BlockedLayout([1], [B], [1], [0]); B = 32', 1)
     """
     try:
         tree = ast.parse(source)
@@ -140,28 +138,43 @@ def port_to_nvidia(source: str) -> tuple[str, int]:
     def span(node) -> tuple[int, int]:
         return position(node.lineno, node.col_offset), position(node.end_lineno, node.end_col_offset)
 
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
     edits = []  # (start, end, replacement)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and getattr(node.value, "value", None) == AMD_LANES:
-            after = lines[node.end_lineno - 1].encode("utf-8", "surrogateescape")[node.end_col_offset :]
-            if _WAVEFRONT_COMMENT.match(after.decode("utf-8", "surrogateescape")):
-                edits.append((*span(node.value), str(NVIDIA_LANES)))
-    for call in ast.walk(tree):
-        if not isinstance(call, ast.Call):
-            continue
-        if isinstance(call.func, ast.Subscript):
+    for call in calls:
+        if isinstance(call.func, ast.Subscript):  # a launch
             for keyword in call.keywords:
                 if keyword.arg in AMD_LAUNCH_OPTIONS:
                     start, end = span(keyword)
                     edits.append((start, end + len(re.match(r"\s*,?\s*", source[end:]).group()), ""))
-        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-        if name == "BlockedLayout" and len(call.args) > 1:
-            lanes = call.args[1]
-            if isinstance(lanes, ast.List) and [getattr(e, "value", None) for e in lanes.elts] == [AMD_LANES]:
-                edits.append((*span(lanes), f"[{NVIDIA_LANES}]"))
+    lanes = [
+        call.args[1]
+        for call in calls
+        if _called(call) == "BlockedLayout" and len(call.args) > 1 and isinstance(call.args[1], ast.List)
+    ]
+    lanes = [list_ for list_ in lanes if len(list_.elts) == 1]
+    edits += [(*span(list_), f"[{NVIDIA_LANES}]") for list_ in lanes if _number(list_.elts[0]) == AMD_LANES]
+    # Lanes given by name (``[BLOCK_SIZE]``, a kernel's parameter): the file's assignments of 64 to it.
+    named = {list_.elts[0].id for list_ in lanes if isinstance(list_.elts[0], ast.Name)}
+    edits += [
+        (*span(node.value), str(NVIDIA_LANES))
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and getattr(node.targets[0], "id", None) in named
+        and _number(node.value) == AMD_LANES
+    ]
     for start, end, replacement in sorted(edits, reverse=True):
         source = source[:start] + replacement + source[end:]
     return source, len(edits)
+
+
+def _called(call: ast.Call) -> str:
+    return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+
+
+def _number(node: ast.AST):
+    value = getattr(node, "value", None) if isinstance(node, ast.Constant) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def port_folder(folder: Path) -> int:

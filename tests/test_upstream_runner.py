@@ -55,10 +55,11 @@ def test_gluon_layouts_for_a_64_lane_wavefront_get_32_lanes():
         assert runner.port_to_nvidia(kept) == (kept, 0)
 
 
-def test_a_host_constant_commented_as_the_wavefront_size_gets_32():
-    source = "def test():\n    BLOCK_SIZE = 64  # AMD wavefront size (64 threads per warp)\n"
-    assert runner.port_to_nvidia(source) == (source.replace("= 64", "= 32"), 1)
-    for kept in ("BLOCK_SIZE = 64\n", "N = 64  # rows\n", "W = 128  # wavefront\n", "x = 64; # wavefront\n"):
+def test_lanes_given_by_name_get_32_where_the_file_sets_that_name_to_64():
+    kernel = "@gluon.jit\ndef k(B: gl.constexpr):\n    lay = gl.BlockedLayout([1], [B], [1], [0])\n"
+    host = "def test():\n    B = 64  # AMD wavefront size\n    k[(1,)](B)\n    other = 64\n    B2 = 64\n"
+    assert runner.port_to_nvidia(kernel + host) == (kernel + host.replace("B = 64", "B = 32"), 1)
+    for kept in (host, kernel + "B = 128\n", kernel + "B, C = 64, 64\n"):
         assert runner.port_to_nvidia(kept) == (kept, 0)
 
 

@@ -50,7 +50,7 @@ def _launch(script, script_args, nprocs, timeout, store, notes) -> int:
     while [p.poll() for p in procs].count(None):  # poll every rank, not just the first running one
         failed = failures([p.returncode for p in procs])
         if failed and failed[0][1] >= 0:
-            failed = _signalled_first(failed, noted_signals(notes)) or _settled_failures(procs)
+            failed = _settled_failures(procs, notes)
         timed_out = deadline is not None and time.monotonic() > deadline
         if failed or timed_out:
             if timed_out:
@@ -64,8 +64,19 @@ def _launch(script, script_args, nprocs, timeout, store, notes) -> int:
             break
         time.sleep(0.05)
     codes = [p.wait() for p in procs]
+    if not exit_code:
+        # Every rank ended between two looks (a launcher kept off the CPU sees them all at
+        # once): name the one to blame by the same rules, not the first in rank order.
+        failed = failures(codes)
+        noted = noted_signals(notes)
+        if failed and failed[0][1] >= 0 and noted:
+            failed = _signalled_first(failed, noted)
+        if failed:
+            rank, code = failed[0]
+            exit_code = shell_status(code)
+            print(f"iris.run: {describe_exit(rank, code)}", file=sys.stderr)
     _keep_flight_files_of_lost_ranks({p.pid for p in procs})
-    return exit_code or next((shell_status(c) for c in codes if c != 0), 0)
+    return exit_code
 
 
 #: Seconds the launcher, having seen a rank exit with a status, waits for a peer to die by a
@@ -74,24 +85,28 @@ BLAME_GRACE_S = 2.0
 
 
 def _signalled_first(failed: list[tuple[int, int]], noted: dict[int, int]) -> list[tuple[int, int]]:
-    # Ranks that noted a signal, as if it had ended them (it will), before the others;
-    # none when no rank noted one.
-    if not noted:
-        return []
+    # Ranks that noted a signal, as if it had ended them (it will), before the others.
     others = [failure for failure in failed if failure[0] not in noted]
     return sorted((rank, -signum) for rank, signum in noted.items()) + others
 
 
-def _settled_failures(procs) -> list[tuple[int, int]]:
+def _settled_failures(procs, notes: str) -> list[tuple[int, int]]:
     # A rank that exits with a status is often a peer of one being killed: its collective
     # failed when the other closed its connections, which the dying rank does before it ends
-    # (interpreter shutdown). Wait a little for such a rank to end, so it is the one named.
+    # (interpreter shutdown). A rank that noted a signal is named at once; otherwise wait a
+    # little for one to note a signal or end by one, so it is the one named.
     give_up = time.monotonic() + BLAME_GRACE_S
-    while time.monotonic() < give_up and None in [p.poll() for p in procs]:
-        if any(p.returncode is not None and p.returncode < 0 for p in procs):
-            break
+    while True:
+        failed = failures([p.returncode for p in procs])
+        noted = noted_signals(notes)
+        if noted:
+            return _signalled_first(failed, noted)
+        ended = None not in [p.returncode for p in procs]
+        if ended or failed[0][1] < 0 or time.monotonic() >= give_up:
+            return failed
         time.sleep(0.05)
-    return failures([p.returncode for p in procs])
+        for p in procs:
+            p.poll()
 
 
 def failures(returncodes: list[int | None]) -> list[tuple[int, int]]:

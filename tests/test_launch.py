@@ -369,7 +369,8 @@ def test_a_rank_killed_mid_run_is_named_and_leaves_only_private_dumps(tmp_path, 
     _, stderr = launcher.communicate(timeout=60)
     assert time.monotonic() - killed < 10, "the job took longer than 10 s to end"
     assert not any(pid_alive(pid) for pid in ranks)
-    assert launcher.returncode == 128 + signum, stderr[-3000:]
+    said = [line for line in stderr.splitlines() if line.startswith("iris.run:")]
+    assert launcher.returncode == 128 + signum, "\n".join(said) + "\n...\n" + stderr[-2500:]
     assert f"iris.run: rank 1 was killed by {signum.name}" in stderr
     # The survivor's own report comes only if it gets to print one before the launcher stops
     # it (under load it may not: the launcher names the rank, above); any report it printed
@@ -410,18 +411,25 @@ def test_a_rank_dying_by_a_signal_just_after_a_peer_failed_is_the_one_named(tmp_
     assert "iris.run: rank 1 was killed by SIGINT" in result.stderr
 
 
-def test_a_rank_that_noted_a_signal_is_named_while_its_shutdown_is_still_under_way(tmp_path):
-    # Rank 1 notes SIGINT as its context's handler does, then takes longer to shut down than
-    # the launcher's grace; rank 0 fails meanwhile, as a peer whose collective broke.
+@pytest.mark.parametrize("noted", ["before", "after"], ids=lambda when: f"noted_{when}_the_peer_failed")
+def test_a_rank_that_noted_a_signal_is_named_while_its_shutdown_is_still_under_way(tmp_path, noted):
+    # Rank 1 notes SIGINT as its context's handler does (before rank 0 fails, or 0.5 s after),
+    # then takes longer to shut down than the launcher's grace; rank 0 fails as a peer whose
+    # collective broke.
     script, up = tmp_path / "slow.py", tmp_path / "up"
+    note = "note_signal(signal.SIGINT)\n"
+    rank1 = (
+        note + "open(up, 'w').close()\n"
+        if noted == "before"
+        else "open(up, 'w').close()\ntime.sleep(0.5)\n" + note
+    )
     script.write_text(
         "import os, signal, sys, time\n"
         "from iris.host.signal_notes import note_signal\n"
         "up = sys.argv[1]\n"
         "if os.environ['RANK'] == '0':\n"
         "    while not os.path.exists(up):\n        time.sleep(0.01)\n"
-        "    sys.exit(1)\n"
-        "note_signal(signal.SIGINT)\nopen(up, 'w').close()\ntime.sleep(60)\n"
+        "    sys.exit(1)\n" + rank1 + "time.sleep(60)\n"
     )
     command = [sys.executable, "-m", "iris.run", "-n", "2", str(script), str(up)]
     started = time.monotonic()
@@ -452,6 +460,32 @@ def test_a_signal_note_is_made_once_in_the_launchers_directory_and_nowhere_else(
         "rank3",
         "stray",
     ]
+
+
+def test_ranks_that_all_end_between_two_looks_are_blamed_by_the_same_rules(tmp_path):
+    # The launcher is stopped (as the OS may keep it off the CPU) while rank 0 exits with a
+    # status and rank 1 dies by SIGTERM; it must still name rank 1, not the first in rank order.
+    script, pids, go = tmp_path / "both.py", tmp_path / "pids", tmp_path / "go"
+    pids.mkdir()
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "open(os.path.join(sys.argv[1], 'rank' + os.environ['RANK'] + '.pid'), 'w').write(str(os.getpid()))\n"
+        "while not os.path.exists(sys.argv[2]):\n    time.sleep(0.01)\n"
+        "if os.environ['RANK'] == '0':\n    sys.exit(1)\n"
+        "time.sleep(0.2)\nos.kill(os.getpid(), signal.SIGTERM)\n"
+    )
+    command = [sys.executable, "-m", "iris.run", "-n", "2", str(script), str(pids), str(go)]
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_pids(pids, 2, launcher)
+    os.kill(launcher.pid, signal.SIGSTOP)
+    try:
+        go.touch()
+        time.sleep(1.5)  # both ranks end meanwhile
+    finally:
+        os.kill(launcher.pid, signal.SIGCONT)
+    _, stderr = launcher.communicate(timeout=60)
+    assert launcher.returncode == 128 + signal.SIGTERM, stderr
+    assert "iris.run: rank 1 was killed by SIGTERM" in stderr
 
 
 def test_a_rank_killed_by_a_signal_is_blamed_before_the_peers_that_failed_with_it():

@@ -67,10 +67,7 @@ def _launch(script, script_args, nprocs, timeout, store, notes) -> int:
     if not exit_code:
         # Every rank ended between two looks (a launcher kept off the CPU sees them all at
         # once): name the one to blame by the same rules, not the first in rank order.
-        failed = failures(codes)
-        noted = noted_signals(notes)
-        if failed and failed[0][1] >= 0 and noted:
-            failed = _signalled_first(failed, noted)
+        failed = _to_blame(codes, notes)
         if failed:
             rank, code = failed[0]
             exit_code = shell_status(code)
@@ -84,8 +81,13 @@ def _launch(script, script_args, nprocs, timeout, store, notes) -> int:
 BLAME_GRACE_S = 2.0
 
 
-def _signalled_first(failed: list[tuple[int, int]], noted: dict[int, int]) -> list[tuple[int, int]]:
-    # Ranks that noted a signal, as if it had ended them (it will), before the others.
+def _to_blame(returncodes: list[int | None], notes: str) -> list[tuple[int, int]]:
+    # ``failures``, but where the first is an exit status, ranks that noted a signal come
+    # first, as if it had ended them (it will).
+    failed = failures(returncodes)
+    noted = noted_signals(notes)
+    if not failed or failed[0][1] < 0 or not noted:
+        return failed
     others = [failure for failure in failed if failure[0] not in noted]
     return sorted((rank, -signum) for rank, signum in noted.items()) + others
 
@@ -97,10 +99,7 @@ def _settled_failures(procs, notes: str) -> list[tuple[int, int]]:
     # little for one to note a signal or end by one, so it is the one named.
     give_up = time.monotonic() + BLAME_GRACE_S
     while True:
-        failed = failures([p.returncode for p in procs])
-        noted = noted_signals(notes)
-        if noted:
-            return _signalled_first(failed, noted)
+        failed = _to_blame([p.returncode for p in procs], notes)
         ended = None not in [p.returncode for p in procs]
         if ended or failed[0][1] < 0 or time.monotonic() >= give_up:
             return failed

@@ -17,26 +17,14 @@ import triton.language as tl
 from ..host.prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .device import RANK_ARGS
-from .low_latency import low_latency_launch, payload_bytes
+from .low_latency import payload_bytes
+from .protocols import protocol_launch
 from .runtime import COPYABLE_DTYPES, check_out_and_inp, check_parts, describe_tensor, nbytes
-from .staged import staged_launch
 
 
 @triton.jit(do_not_specialize=RANK_ARGS)
-def all_gather_kernel(
-    out,
-    inp,
-    n,
-    flags,
-    ranks,
-    my_index,
-    cur_rank,
-    world_size,
-    max_programs,
-    heap_bases,
-    GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
+def all_gather_kernel(out, inp, n, group, my_index, cur_rank, GROUP: tl.constexpr, BLOCK: tl.constexpr):
+    flags, ranks, world_size, max_programs, heap_bases = group
     pid = tl.program_id(0)
     ready = ccl.flag_row(flags, ccl.READY, pid, max_programs, world_size)
     ccl.sync_row(ready, cur_rank, ranks, GROUP, heap_bases)
@@ -63,10 +51,9 @@ def all_gather(runtime, out, inp, group=None, config=None) -> PreparedLaunch:
             check_parts(errors, out, "out", inp, "inp", state.size)
         signature = (describe_tensor(out, ctx, direct), describe_tensor(inp, ctx, False), config, protocol)
         runtime.agree(state, signature, errors, "all_gather")
-        if protocol == "low_latency":
-            return low_latency_launch(runtime, state, "all_gather", out, inp, config)
-        if protocol == "staged":
-            return staged_launch(runtime, state, "all_gather", out, inp, inp.numel(), config)
+        launch = protocol_launch(protocol, runtime, state, "all_gather", out, inp, inp.numel(), config)
+        if launch is not None:
+            return launch
         block = config.block_for(inp.element_size())
         grid = (runtime.programs(triton.cdiv(inp.numel(), block), config),)
         args = (out, inp, inp.numel(), *runtime.group_args(state), block)

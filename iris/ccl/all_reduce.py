@@ -39,33 +39,22 @@ from ..host.prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .config import ReduceOp
 from .device import RANK_ARGS
-from .low_latency import low_latency_launch, payload_bytes
-from .pushed import pushed_launch, tile_bytes
+from .low_latency import payload_bytes
+from .protocols import protocol_launch
+from .pushed import tile_bytes
 from .runtime import (
     REDUCIBLE_DTYPES,
     check_out_and_inp,
     describe_tensor,
     nbytes,
 )
-from .staged import staged_launch
 
 
 @triton.jit(do_not_specialize=RANK_ARGS)
 def one_shot_kernel(
-    out,
-    inp,
-    n,
-    flags,
-    ranks,
-    my_index,
-    cur_rank,
-    world_size,
-    max_programs,
-    heap_bases,
-    GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    OP: tl.constexpr,
+    out, inp, n, group, my_index, cur_rank, GROUP: tl.constexpr, BLOCK: tl.constexpr, OP: tl.constexpr
 ):
+    flags, ranks, world_size, max_programs, heap_bases = group
     pid = tl.program_id(0)
     ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
     for tile in range(pid, tl.cdiv(n, BLOCK), tl.num_programs(0)):
@@ -78,20 +67,9 @@ def one_shot_kernel(
 
 @triton.jit(do_not_specialize=RANK_ARGS)
 def two_shot_kernel(
-    out,
-    inp,
-    n,
-    flags,
-    ranks,
-    my_index,
-    cur_rank,
-    world_size,
-    max_programs,
-    heap_bases,
-    GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    OP: tl.constexpr,
+    out, inp, n, group, my_index, cur_rank, GROUP: tl.constexpr, BLOCK: tl.constexpr, OP: tl.constexpr
 ):
+    flags, ranks, world_size, max_programs, heap_bases = group
     pid = tl.program_id(0)
     ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
     owned = (tl.cdiv(n, BLOCK) - my_index + GROUP - 1) // GROUP
@@ -107,24 +85,13 @@ def two_shot_kernel(
 
 @triton.jit(do_not_specialize=RANK_ARGS)
 def ring_kernel(
-    out,
-    inp,
-    n,
-    flags,
-    ranks,
-    my_index,
-    cur_rank,
-    world_size,
-    max_programs,
-    heap_bases,
-    GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    OP: tl.constexpr,
+    out, inp, n, group, my_index, cur_rank, GROUP: tl.constexpr, BLOCK: tl.constexpr, OP: tl.constexpr
 ):
     # Chunk c of every output is reduced around the ring and ends complete on member
     # c - 1; it then travels on around the ring. Step s (0 .. 2 GROUP - 2) of member
     # j touches chunk (j - s) mod GROUP, reading what the previous member wrote at
     # step s - 1, so each step waits only for the previous member's step counter.
+    flags, ranks, world_size, max_programs, heap_bases = group
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     steps = ccl.flag_row(flags, ccl.STEPS, pid, max_programs, world_size)
@@ -159,20 +126,9 @@ def ring_kernel(
 
 @triton.jit(do_not_specialize=RANK_ARGS)
 def atomic_kernel(
-    out,
-    inp,
-    n,
-    flags,
-    ranks,
-    my_index,
-    cur_rank,
-    world_size,
-    max_programs,
-    heap_bases,
-    GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    OP: tl.constexpr,
+    out, inp, n, group, my_index, cur_rank, GROUP: tl.constexpr, BLOCK: tl.constexpr, OP: tl.constexpr
 ):
+    flags, ranks, world_size, max_programs, heap_bases = group
     tl.static_assert(OP == "sum", "the atomic all-reduce only sums")
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -195,20 +151,9 @@ def atomic_kernel(
 
 @triton.jit(do_not_specialize=RANK_ARGS)
 def spinlock_kernel(
-    out,
-    inp,
-    n,
-    flags,
-    ranks,
-    my_index,
-    cur_rank,
-    world_size,
-    max_programs,
-    heap_bases,
-    GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    OP: tl.constexpr,
+    out, inp, n, group, my_index, cur_rank, GROUP: tl.constexpr, BLOCK: tl.constexpr, OP: tl.constexpr
 ):
+    flags, ranks, world_size, max_programs, heap_bases = group
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     tiles = tl.cdiv(n, BLOCK)
@@ -387,12 +332,9 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
         )
         runtime.agree(state, signature, errors, "all_reduce")
         block = config.block_for(inp.element_size())
-        if protocol == "low_latency":
-            return low_latency_launch(runtime, state, "all_reduce", out, inp, config, op)
-        if protocol == "staged":
-            return staged_launch(runtime, state, "all_reduce", out, inp, inp.numel(), config, op)
-        if protocol == "pushed":
-            return pushed_launch(runtime, state, "all_reduce", out, inp, inp.numel(), config, op)
+        launch = protocol_launch(protocol, runtime, state, "all_reduce", out, inp, inp.numel(), config, op)
+        if launch is not None:
+            return launch
         tiles = triton.cdiv(inp.numel(), block)
         if variant in ("two_shot", "ring"):
             tiles = triton.cdiv(tiles, state.size)

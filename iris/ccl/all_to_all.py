@@ -31,19 +31,16 @@ def all_to_all_kernel(
     cols,
     in_stride,
     out_stride,
-    flags,
-    ranks,
+    group,
     my_index,
     cur_rank,
-    world_size,
-    max_programs,
-    heap_bases,
     GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     # ``cols`` is one block's width; work unit u is tile u // GROUP of the block for
     # member (my_index + u) % GROUP, so consecutive units go to different peers.
+    flags, ranks, world_size, max_programs, heap_bases = group
     pid = tl.program_id(0)
     ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
     tiles_n = tl.cdiv(cols, BLOCK_N)

@@ -24,20 +24,9 @@ from .staged import staged_launch
 
 @triton.jit(do_not_specialize=RANK_ARGS)
 def broadcast_kernel(
-    tensor,
-    n,
-    src,
-    src_index,
-    flags,
-    ranks,
-    my_index,
-    cur_rank,
-    world_size,
-    max_programs,
-    heap_bases,
-    GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
+    tensor, n, src, src_index, group, my_index, cur_rank, GROUP: tl.constexpr, BLOCK: tl.constexpr
 ):
+    flags, ranks, world_size, max_programs, heap_bases = group
     pid = tl.program_id(0)
     ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
     if cur_rank != src:

@@ -83,13 +83,9 @@ def pushed_kernel(
     out,
     inp,
     n,
-    flags,
-    ranks,
+    group,
     my_index,
     cur_rank,
-    world_size,
-    max_programs,
-    heap_bases,
     GROUP: tl.constexpr,
     BLOCK: tl.constexpr,
     OP: tl.constexpr,
@@ -102,11 +98,9 @@ def pushed_kernel(
     ``slots`` holds ``[max_programs, 2, ROUND, GROUP - 1, BLOCK]`` elements on every
     member: a half per round, a slot per column of the round and sender.
 
-    Example:
-        >>> kernel, grid, args, num_warps = pushed_launch(runtime, state, "all_reduce", out, inp,
-        ...                                               inp.numel(), config)
-        >>> kernel[grid](*args, num_warps=num_warps)
+    Launched by :func:`pushed_launch`.
     """
+    flags, ranks, world_size, max_programs, heap_bases = group
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     arrived = ccl.flag_row(flags, ccl.ARRIVED, pid, max_programs, world_size)

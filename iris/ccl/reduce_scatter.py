@@ -19,8 +19,9 @@ import triton
 from ..host.prepared import PreparedLaunch, tensor_key
 from .all_reduce import one_shot_kernel
 from .config import ReduceOp
-from .low_latency import low_latency_launch, payload_bytes
-from .pushed import pushed_launch, tile_bytes
+from .low_latency import payload_bytes
+from .protocols import protocol_launch
+from .pushed import tile_bytes
 from .runtime import (
     REDUCE_SCATTER_PUSHED_AUTO_BYTES,
     REDUCIBLE_DTYPES,
@@ -29,7 +30,6 @@ from .runtime import (
     describe_tensor,
     nbytes,
 )
-from .staged import staged_launch
 
 
 def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> PreparedLaunch:
@@ -61,15 +61,12 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> Prepa
             protocol,
         )
         runtime.agree(state, signature, errors, "reduce_scatter")
-        if protocol == "low_latency":
-            return low_latency_launch(runtime, state, "reduce_scatter", out, inp, config, op)
-        if protocol == "staged":
-            return staged_launch(runtime, state, "reduce_scatter", out, inp, out.numel(), config, op)
-        if protocol == "pushed":
-            return pushed_launch(runtime, state, "reduce_scatter", out, inp, out.numel(), config, op)
-        block = config.block_for(out.element_size())
-        grid = (runtime.programs(triton.cdiv(out.numel(), block), config),)
         n = out.numel()
+        launch = protocol_launch(protocol, runtime, state, "reduce_scatter", out, inp, n, config, op)
+        if launch is not None:
+            return launch
+        block = config.block_for(out.element_size())
+        grid = (runtime.programs(triton.cdiv(n, block), config),)
         my_block = inp.reshape(-1)[state.my_index * n : (state.my_index + 1) * n]
         args = (out, my_block, n, *runtime.group_args(state), block, op.value)
         return one_shot_kernel, grid, args, config.num_warps

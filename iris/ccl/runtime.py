@@ -253,18 +253,20 @@ class Runtime:
         return state
 
     def group_args(self, state: Group) -> tuple:
-        """The arguments every collective kernel takes after its own, up to ``GROUP``."""
+        """The arguments every collective kernel takes after its own: ``group, my_index, cur_rank, GROUP``.
+
+        ``group`` packs what every member passes alike (flags, the members' ranks, the world
+        size, programs per call, heap bases); the member's index and rank stay apart, as
+        :data:`iris.ccl.device.RANK_ARGS` keeps them unspecialised (Triton specialises the
+        elements of a tuple whatever ``do_not_specialize`` says), so every rank runs the same
+        compiled kernel.
+
+        Example:
+            >>> args = (out, inp, inp.numel(), *runtime.group_args(state), block)
+        """
         ctx = self.ctx
-        return (
-            state.flags,
-            state.ranks,
-            state.my_index,
-            ctx.cur_rank,
-            ctx.num_ranks,
-            self.max_programs,
-            ctx._heap_bases_for_iris(),
-            state.size,
-        )
+        group = (state.flags, state.ranks, ctx.num_ranks, self.max_programs, ctx._heap_bases_for_iris())
+        return group, state.my_index, ctx.cur_rank, state.size
 
     def key(self, name: str, state: Group, config, *parts) -> tuple:
         """The launch-cache key of a call (tracing on or off compiles different kernels)."""

@@ -40,13 +40,9 @@ def staged_kernel(
     inp,
     n,
     src_index,
-    flags,
-    ranks,
+    group,
     my_index,
     cur_rank,
-    world_size,
-    max_programs,
-    heap_bases,
     GROUP: tl.constexpr,
     BLOCK: tl.constexpr,
     OP: tl.constexpr,
@@ -60,11 +56,9 @@ def staged_kernel(
     ``inp`` holds ``GROUP * n`` elements for ``reduce_scatter``, ``n`` otherwise;
     ``src_index`` is the broadcasting member's index (unused by the other modes).
 
-    Example:
-        >>> kernel, grid, args, num_warps = staged_launch(runtime, state, "all_gather", out, inp,
-        ...                                               inp.numel(), config)
-        >>> kernel[grid](*args, num_warps=num_warps)
+    Launched by :func:`staged_launch`.
     """
+    flags, ranks, world_size, max_programs, heap_bases = group
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     call = tl.load(calls, volatile=True)

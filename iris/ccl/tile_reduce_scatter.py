@@ -60,13 +60,9 @@ def tile_reduce_scatter_kernel(
     cols,
     in_stride,
     out_stride,
-    flags,
-    ranks,
+    group,
     my_index,
     cur_rank,
-    world_size,
-    max_programs,
-    heap_bases,
     GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -74,6 +70,7 @@ def tile_reduce_scatter_kernel(
     CONTIGUOUS: tl.constexpr,
     OP: tl.constexpr,
 ):
+    flags, ranks, world_size, max_programs, heap_bases = group
     pid = tl.program_id(0)
     ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
     tiles_m = tl.cdiv(rows, BLOCK_M)

@@ -27,21 +27,14 @@ import iris
 from iris.ccl import all_gather, all_reduce, all_to_all, broadcast, low_latency, pushed, tile_reduce_scatter
 from iris.ccl.staged import MODES, staged_kernel
 
-GROUP_ARGS = {
-    "flags": "*i32",
-    "ranks": "*i32",
-    "my_index": "i32",
-    "cur_rank": "i32",
-    "world_size": "i32",
-    "max_programs": "i32",
-    "heap_bases": "*u64",
-}
-FLAT = {"out": "*{t}", "inp": "*{t}", "n": "i32", **GROUP_ARGS}
+#: ``group`` is (flags, ranks, world_size, max_programs, heap_bases): ``Runtime.group_args``.
+GROUP_ARGS = {"group": ("*i32", "*i32", "i32", "i32", "*u64"), "my_index": "i32", "cur_rank": "i32"}
+FLAT = {"out": "*{t}", "inp": "*{t}", "n": "i32"}
 
 
 def kernels(dtype: str):
     """(name, kernel, signature, constexprs) for every collective at group size 4."""
-    flat = {k: v.format(t=dtype) for k, v in FLAT.items()}
+    flat = {**{k: v.format(t=dtype) for k, v in FLAT.items()}, **GROUP_ARGS}
     reduce = {"GROUP": 4, "BLOCK": 4096, "OP": "sum"}
     for variant, kernel in all_reduce.KERNELS.items():
         yield f"all_reduce_{variant}", kernel, flat, reduce
@@ -77,8 +70,9 @@ def kernels(dtype: str):
     yield "broadcast", broadcast.broadcast_kernel, bcast, {"GROUP": 4, "BLOCK": 4096}
 
 
-#: Arguments compiled as 16-byte aligned pointers or multiples of 16, as Triton specialises typical launches.
-ALIGNED = ("out", "inp", "tensor", "n", "cols", "flags", "staging", "half", "words", "slots", "slot_words")
+#: Arguments compiled as 16-byte aligned pointers or multiples of 16, as Triton specialises typical launches
+#: (``group``'s first element, the flags).
+ALIGNED = ("out", "inp", "tensor", "n", "cols", "group", "staging", "half", "words", "slots", "slot_words")
 
 
 def compile_ptx(kernel, signature: dict, constexprs: dict) -> str:
@@ -86,7 +80,7 @@ def compile_ptx(kernel, signature: dict, constexprs: dict) -> str:
     signature = {name: signature[name] for name in kernel.arg_names}  # the kernel's parameter order
     names = list(signature)
     aligned = [i for i, name in enumerate(names) if name in ALIGNED]
-    attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
+    attrs = {(i, 0) if isinstance(signature[names[i]], tuple) else (i,): [["tt.divisibility", 16]] for i in aligned}
     source = ASTSource(kernel, signature, constexprs, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
 

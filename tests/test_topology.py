@@ -15,7 +15,10 @@ from iris.host.distributed.topology import (
     IntraNodeLinkType,
     NodeInfo,
     TopologyDiscovery,
+    _all_gather_strings,
     _build_map,
+    _logical_to_physical_gpu_index,
+    _normalize_pci_bus_id,
 )
 
 
@@ -88,6 +91,35 @@ def test_nvidia_smi_topology_matrix_is_read_by_gpu_index():
     assert normalize_pci("00000000:1B:00.0") == "0000:1b:00.0"
 
 
+def test_a_pci_address_is_found_inside_other_text_and_other_text_is_left_alone():
+    assert _normalize_pci_bus_id("GPU 00000000:4A:00.0 (NVIDIA H200)") == "0000:4a:00.0"
+    assert _normalize_pci_bus_id("0000:41:00.0") == "0000:41:00.0"
+    assert _normalize_pci_bus_id(" Garbage ") == "garbage"
+
+
+@pytest.mark.parametrize(
+    "environment, vendor, logical, physical",
+    [
+        ({}, "nvidia", 3, 3),
+        ({"CUDA_VISIBLE_DEVICES": "2,3"}, "nvidia", 1, 3),
+        ({"CUDA_VISIBLE_DEVICES": "2,3"}, "nvidia", 5, 5),  # outside the list
+        ({"CUDA_VISIBLE_DEVICES": "GPU-abcdef12"}, "nvidia", 0, 0),  # a UUID names no index
+        ({"CUDA_VISIBLE_DEVICES": "2,3"}, "nvidia", -1, -1),
+        ({"HIP_VISIBLE_DEVICES": "7", "ROCR_VISIBLE_DEVICES": "9"}, "amd", 0, 7),
+        ({"ROCR_VISIBLE_DEVICES": "1,3"}, "amd", 1, 3),
+        ({"CUDA_VISIBLE_DEVICES": "2,3"}, "amd", 0, 0),  # another vendor's list
+    ],
+)
+def test_a_logical_gpu_index_maps_through_the_vendors_visible_devices(
+    monkeypatch, environment, vendor, logical, physical
+):
+    for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert _logical_to_physical_gpu_index(logical, vendor) == physical
+
+
 def test_the_map_puts_every_pair_of_ranks_in_one_tier():
     topo = _cluster()
     assert topo.num_nodes == 3 and sorted(topo.fabric_domains) == ["f1:7"]
@@ -106,6 +138,7 @@ def test_the_map_puts_every_pair_of_ranks_in_one_tier():
     assert topo.nodes["a"].get_link_type(0, 1) is IntraNodeLinkType.NVLINK
     text = topo.summary()
     assert "3 node(s)" in text and "2 ranks sharing them" in text and "0-1 NVLINK" in text
+    assert "Fabric Domains:\n    f1:7: nodes ['a', 'b']" in text
 
 
 def _discovery_of(topo):
@@ -160,6 +193,7 @@ def _discover_body(rank, world_size):
         levels = [int(topo.get_interconnect_level(rank, peer)) for peer in range(world_size)]
         same_node = [ctx.node_of(rank) == ctx.node_of(peer) for peer in range(world_size)]
         context_nodes = len({ctx.node_of(r) for r in range(world_size)})
+        assert _all_gather_strings(f"rank {rank}", world_size) == [f"rank {r}" for r in range(world_size)]
         return topo.summary(), topo.num_nodes, context_nodes, levels, same_node
 
 

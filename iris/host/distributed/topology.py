@@ -33,6 +33,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from ...backends._cuda_topology import normalize_pci  # plain text handling, the same for any vendor
+
 
 class InterconnectLevel(IntEnum):
     """How two ranks reach each other, nearest first."""
@@ -304,8 +306,10 @@ class TopologyMap:
                     for b in node.unique_gpu_ids[i + 1 :]
                 ]
                 lines.append("    links: " + ", ".join(pairs))
+        if self.fabric_domains:
+            lines.append("  Fabric Domains:")
         for key, hosts in sorted(self.fabric_domains.items()):
-            lines.append(f"  fabric domain {key}: nodes {sorted(hosts)}")
+            lines.append(f"    {key}: nodes {sorted(hosts)}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -442,6 +446,56 @@ class TopologyDiscovery:
                 "fabric_domain": info.fabric_info.domain_key,
             }
         return plan
+
+
+def _all_gather_strings(payload: str, world_size: int) -> list[str]:
+    """Every rank's ``payload``, in rank order (collective; upstream's helper of the same name).
+
+    Example:
+        >>> _all_gather_strings(socket.gethostname(), dist.get_world_size())
+        ['node-a', 'node-a', 'node-b', 'node-b']
+    """
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, str(payload))
+    return gathered
+
+
+def _normalize_pci_bus_id(address: str) -> str:
+    """A PCI bus id in sysfs form (``0000:41:00.0``), as upstream's helper of the same name.
+
+    Example:
+        >>> _normalize_pci_bus_id("00000000:4A:00.0")
+        '0000:4a:00.0'
+    """
+    return normalize_pci(address)
+
+
+#: The environment's visible-device lists by GPU vendor, in the order they are read.
+_VISIBLE_DEVICES = {
+    "nvidia": ("CUDA_VISIBLE_DEVICES",),
+    "amd": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"),
+}
+
+
+def _logical_to_physical_gpu_index(logical: int, vendor: str) -> int:
+    """The system's index of the GPU this process sees as ``logical``, through the visible-devices list.
+
+    ``CUDA_VISIBLE_DEVICES`` for ``"nvidia"``; ``HIP_VISIBLE_DEVICES``, else
+    ``ROCR_VISIBLE_DEVICES``, for ``"amd"``. ``logical`` comes back unchanged where no list is
+    set, it lies outside the list, or its entry is not a number (a UUID). Upstream's helper of
+    the same name; this package matches GPUs to ``nvidia-smi`` by PCI address instead.
+
+    Example:
+        >>> os.environ["CUDA_VISIBLE_DEVICES"] = "2,3"
+        >>> _logical_to_physical_gpu_index(1, "nvidia")
+        3
+    """
+    names = _VISIBLE_DEVICES.get(vendor, ())
+    entries = next((os.environ[name].split(",") for name in names if os.environ.get(name)), None)
+    if entries is None or not 0 <= logical < len(entries):
+        return logical
+    entry = entries[logical].strip()
+    return int(entry) if entry.isdigit() else logical
 
 
 def _link_codes(links: dict) -> dict:

@@ -80,7 +80,9 @@ def compile_ptx(kernel, signature: dict, constexprs: dict) -> str:
     signature = {name: signature[name] for name in kernel.arg_names}  # the kernel's parameter order
     names = list(signature)
     aligned = [i for i, name in enumerate(names) if name in ALIGNED]
-    attrs = {(i, 0) if isinstance(signature[names[i]], tuple) else (i,): [["tt.divisibility", 16]] for i in aligned}
+    # A tuple's path names its first element (``group``'s flags).
+    paths = [(i, 0) if isinstance(signature[names[i]], tuple) else (i,) for i in aligned]
+    attrs = {path: [["tt.divisibility", 16]] for path in paths}
     source = ASTSource(kernel, signature, constexprs, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
 

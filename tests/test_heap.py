@@ -127,6 +127,8 @@ def _factories_body(rank, world_size):
         assert ctx.zeros(4, out=out) is out and (out == 0).all()
         assert ctx.zeros(2, device="cuda").device == device  # Iris code says device="cuda"
         assert not ctx.is_symmetric(torch.zeros(3, device=device))
+        # Upstream's allocator asks the same question as owns_tensor.
+        assert ctx.heap.allocator.owns_tensor(out) and not ctx.heap.allocator.owns_tensor(torch.zeros(3))
 
 
 def test_factories_match_torch(world):

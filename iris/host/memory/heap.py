@@ -189,6 +189,15 @@ class SymmetricHeap:
         """
         return self._backend.accepts_device(requested, self.device if heap_device is None else heap_device)
 
+    def owns_tensor(self, tensor: torch.Tensor) -> bool:
+        """Upstream Iris's allocator name for :meth:`contains` (``ctx.heap.allocator.owns_tensor``).
+
+        Example:
+            >>> ctx.heap.allocator.owns_tensor(ctx.zeros(4)), ctx.heap.allocator.owns_tensor(torch.zeros(4))
+            (True, False)
+        """
+        return self.contains(tensor)
+
     def is_symmetric(self, tensor: torch.Tensor) -> bool:
         """Upstream Iris's name for :meth:`contains`.
 

@@ -233,6 +233,27 @@ def test_config_takes_upstreams_launch_settings():
     assert config.all_reduce_num_rings == 2
 
 
+def _group_kernels():
+    from iris.ccl import all_gather, all_reduce, all_to_all, broadcast, pushed, staged, tile_reduce_scatter
+
+    kernels = [all_gather.all_gather_kernel, all_to_all.all_to_all_kernel, broadcast.broadcast_kernel]
+    kernels += [pushed.pushed_kernel, staged.staged_kernel, tile_reduce_scatter.tile_reduce_scatter_kernel]
+    return [*kernels, *all_reduce.KERNELS.values()]
+
+
+@pytest.mark.parametrize("kernel", _group_kernels(), ids=lambda kernel: kernel.fn.__name__)
+def test_every_rank_of_a_group_runs_one_compiled_collective(kernel):
+    # Runtime.group_args gives (group, my_index, cur_rank, GROUP): the rank arguments stay out
+    # of the tuple, which Triton would specialise element by element (a rank of 1 as a constant).
+    names = kernel.arg_names
+    start = names.index("group")
+    assert names[start : start + 4] == ["group", "my_index", "cur_rank", "GROUP"]
+    # A compiled kernel keeps do_not_specialize; the interpreter's keeps its jit keywords.
+    listed = getattr(kernel, "do_not_specialize", None) or kernel.kwargs["do_not_specialize"]
+    unspecialised = {names[i] if isinstance(i, int) else i for i in listed}
+    assert set(ccl.RANK_ARGS) <= unspecialised
+
+
 def _group_info_body(rank, world_size):
     from iris.ccl.utils import extract_group_info
 

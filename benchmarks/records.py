@@ -1,12 +1,14 @@
-"""The results of record, as the docs show them: docs/performance.md and the README's summary.
+"""The results of record, as the docs show them: docs/performance.md, the README's summary and
+the upstream runs of docs/upstream.md.
 
 Every figure the user docs quote comes from a file in ``benchmarks/results/`` (each one a
-run of a benchmark of this folder, holding its command and device). This renders them:
-one table of record per area, its file, command and device under it. The page and the
-README's block between ``<!-- records:begin -->`` and ``<!-- records:end -->`` are what
-this prints, and ``tests/test_docs.py`` keeps them so.
+run of a benchmark of this folder, or of ``scripts/upstream_tests.py``, holding its command
+and device). This renders them: one table of record per area, its file, command and device
+under it. The page, the README's block between ``<!-- records:begin -->`` and
+``<!-- records:end -->`` and docs/upstream.md's between ``<!-- upstream:begin -->`` and
+``<!-- upstream:end -->`` are what this prints, and ``tests/test_docs.py`` keeps them so.
 
-    python benchmarks/records.py            # rewrite docs/performance.md and the README's block
+    python benchmarks/records.py            # rewrite docs/performance.md and the two blocks
     python benchmarks/records.py --check    # exit 1 if either differs from the files
 
 Example:
@@ -27,7 +29,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 PAGE = os.path.join(ROOT, "docs", "performance.md")
 README = os.path.join(ROOT, "README.md")
+UPSTREAM_PAGE = os.path.join(ROOT, "docs", "upstream.md")
 BEGIN, END = "<!-- records:begin -->", "<!-- records:end -->"
+UPSTREAM_BEGIN, UPSTREAM_END = "<!-- upstream:begin -->", "<!-- upstream:end -->"
 #: The fused-op and tracing runs of record, in the tables' column order.
 MACHINES = ("h200x4", "h100x4", "h200x2", "h100x2")
 #: The fastest style is named beside ``auto``'s where it was at least this much faster.
@@ -48,6 +52,9 @@ FILES = {
     "export_10M": "export_speed_10M",
     "shared_2": "shared_gpu_2ranks_1gpu_h200",
     "shared_4": "shared_gpu_4ranks_1gpu_h200",
+    "upstream_tests": "upstream_tests_h200x2",
+    "upstream_examples": "upstream_examples_h200x2",
+    "upstream_benchmarks": "upstream_benchmarks_h200x2",
 }
 
 
@@ -541,10 +548,76 @@ def summary(records: dict) -> str:
     return "\n".join([BEGIN, *rows, END])
 
 
+# ---------------------------------------------------------------- upstream's own files
+def _counts(rows: list[dict]) -> str:
+    total = {key: sum(r.get(key, 0) for r in rows) for key in ("passed", "failed", "errors", "skipped")}
+    return " | ".join(str(total[key]) for key in ("passed", "failed", "errors", "skipped"))
+
+
+def upstream_block(records: dict) -> str:
+    """docs/upstream.md's block: upstream's test folders, failing files, examples and benchmark files.
+
+    Example:
+        >>> print(upstream_block(load()))
+    """
+    tests, examples = records["upstream_tests"], records["upstream_examples"]
+    benches = records["upstream_benchmarks"]
+    results = tests["results"]
+    folders = sorted({r["file"].split("/")[1] for r in results})
+    rows = [
+        "| folder | files | whole | passed | failed | errors (import) | skipped |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for folder in folders:
+        mine = [r for r in results if r["file"].split("/")[1] == folder]
+        whole = sum(r["returncode"] == 0 for r in mine)
+        rows.append(f"| {folder} | {len(mine)} | {whole} | {_counts(mine)} |")
+    whole = sum(r["returncode"] == 0 for r in results)
+    rows.append(f"| all | {len(results)} | {whole} | {_counts(results)} |")
+    failing = [
+        f"| `{r['file'].removeprefix('tests/')}` | {r.get('passed', 0)} | {r.get('failed', 0)} | "
+        f"{r.get('errors', 0)} |"
+        for r in results
+        if r["returncode"] != 0
+    ]
+    runs = [result for run in examples["runs"] for result in run["results"]]
+    validated = sum(result["ok"] for result in runs)
+    packages = " and ".join(run["package"] for run in examples["runs"])
+    ran = sum(r["ok"] for r in benches["results"])
+    combinations = sum(r["combinations"] for r in benches["results"])
+    skipped = sum(r["skipped"] for r in benches["results"])
+    return "\n".join(
+        [
+            UPSTREAM_BEGIN,
+            f"Upstream at `{tests['upstream']}`, this package at `{tests['package']}`, {tests['device']}, "
+            f"{results[0]['ranks']} ranks, one launch per file ({tests['vendor_changes']} vendor changes):",
+            "",
+            *rows,
+            "",
+            "Files that did not pass whole (why: the table below):",
+            "",
+            "| file | passed | failed | errors |",
+            "| --- | --- | --- | --- |",
+            *failing,
+            "",
+            f"Upstream's application examples at the same rank count: {validated} of {len(runs)} ran and "
+            f"validated (this package at {packages}). Its benchmark files: {ran} of {len(benches['results'])} "
+            f"ran, {combinations} combinations of their axes, {skipped} skipped by the files themselves.",
+            "",
+            _source(tests, examples, benches),
+            UPSTREAM_END,
+        ]
+    )
+
+
+def _block_replaced(text: str, block: str, begin: str, end: str) -> str:
+    before, rest = text.split(begin, 1)
+    _, after = rest.split(end, 1)
+    return before + block + after
+
+
 def _readme_with(summary_block: str, readme: str) -> str:
-    before, rest = readme.split(BEGIN, 1)
-    _, after = rest.split(END, 1)
-    return before + summary_block + after
+    return _block_replaced(readme, summary_block, BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -555,6 +628,10 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {PAGE: page(records)}
     with open(README) as handle:
         wanted[README] = _readme_with(summary(records), handle.read())
+    with open(UPSTREAM_PAGE) as handle:
+        wanted[UPSTREAM_PAGE] = _block_replaced(
+            handle.read(), upstream_block(records), UPSTREAM_BEGIN, UPSTREAM_END
+        )
     stale = []
     for path, text in wanted.items():
         current = ""

@@ -328,10 +328,27 @@ def gpu_count() -> int:
     return len(listed.splitlines())
 
 
-def default_results(name: str) -> Path:
-    card = subprocess.run(
+def card_name() -> str:
+    """The first GPU's name as nvidia-smi gives it (``NVIDIA H200``)."""
+    names = subprocess.run(
         ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True
     ).stdout
+    return names.splitlines()[0].strip() if names.strip() else "GPU"
+
+
+def package_commit() -> str | None:
+    """This package's commit (``+`` when the tree has changes), or None outside a git checkout."""
+    here = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD")
+    return (commit + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")) or None
+
+
+def default_results(name: str) -> Path:
+    card = card_name()
     match = re.search(r"[HhAaBb]\d00", card)
     tag = f"{match.group(0).lower() if match else 'gpu'}x{gpu_count()}"
     return Path(os.environ.get("OUT", "out")) / f"{name}_{tag}.json"
@@ -387,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
             ["python", "scripts/upstream_tests.py", *(argv if argv is not None else sys.argv[1:])]
         ),
         "gpus": gpus,
+        "device": f"{gpus} x {card_name()}, one GPU per rank",
+        "package": package_commit(),
         "vendor_changes": 0,
         "results": [],
     }

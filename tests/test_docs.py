@@ -44,7 +44,7 @@ def test_every_relative_link_of_the_docs_resolves():
     assert not {page: links for page, links in broken.items() if links}
 
 
-def test_the_performance_page_and_the_readme_summary_are_what_the_results_print():
+def test_the_performance_page_and_the_record_blocks_are_what_the_results_print():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import records
@@ -54,6 +54,7 @@ def test_the_performance_page_and_the_readme_summary_are_what_the_results_print(
     hint = "run `python benchmarks/records.py`"
     assert (ROOT / "docs/performance.md").read_text() == records.page(results), hint
     assert records.summary(results) in (ROOT / "README.md").read_text(), hint
+    assert records.upstream_block(results) in (ROOT / "docs/upstream.md").read_text(), hint
 
 
 def _signature(function) -> str:

@@ -549,6 +549,64 @@ def summary(records: dict) -> str:
 
 
 # ---------------------------------------------------------------- upstream's own files
+#: What a run of ``scripts/upstream_tests.py`` keeps of each result in a file of record: counts
+#: and the failing tests' names, not the output's last lines nor the benchmark files' rows.
+UPSTREAM_KEPT = (
+    "file", "example", "benchmark", "ranks", "seconds", "returncode", "ok", "passed", "failed", "errors",
+    "skipped", "failures", "failed_validation", "combinations",
+)  # fmt: skip
+
+
+def keep_upstream(runs: list[dict], device: str, upstream: str, packages: list[str] = ()) -> dict:
+    """A file of record from runs of ``scripts/upstream_tests.py`` (their results JSON, as loaded).
+
+    Each run keeps its command, this package's commit (from ``packages``, one for all runs or
+    one per run, where the run has none: runs older than the runner's ``package`` field) and
+    its results, cut to :data:`UPSTREAM_KEPT`.
+
+    Example:
+        >>> runs = [json.load(open(path)) for path in ("out/a.json", "out/b.json")]
+        >>> record = keep_upstream(runs, "2 x H200 (nvidia-h200-x2), one GPU per rank", "abd3f2ad")
+    """
+    if len(packages) not in (0, 1, len(runs)):
+        raise ValueError(
+            f"records: give one package commit, or one per run ({len(runs)}), not {len(packages)}"
+        )
+    kept = []
+    for index, run in enumerate(runs):
+        commit = run.get("package") or (packages[index % len(packages)] if packages else None)
+        if commit is None:
+            raise ValueError("records: a run has no package commit: give --package")
+        results = [{k: r[k] for k in UPSTREAM_KEPT if k in r} for r in run["results"]]
+        for result in results:
+            result["failures"] = [name.split(" ")[0] for name in result.get("failures", [])]
+            if "file" not in result:
+                del result["failures"]
+        command = run["command"]
+        kept.append(
+            {
+                "package": commit,
+                "command": command,
+                "vendor_changes": run["vendor_changes"],
+                "results": results,
+            }
+        )
+    return {
+        "device": device,
+        "upstream": upstream,
+        "command": " ; ".join(run["command"] for run in kept),
+        "runs": kept,
+    }
+
+
+def _results(record: dict) -> list[dict]:
+    return [result for run in record["runs"] for result in run["results"]]
+
+
+def _packages(record: dict) -> str:
+    return " and ".join(dict.fromkeys(f"`{run['package']}`" for run in record["runs"]))
+
+
 def _counts(rows: list[dict]) -> str:
     total = {key: sum(r.get(key, 0) for r in rows) for key in ("passed", "failed", "errors", "skipped")}
     return " | ".join(str(total[key]) for key in ("passed", "failed", "errors", "skipped"))
@@ -562,7 +620,7 @@ def upstream_block(records: dict) -> str:
     """
     tests, examples = records["upstream_tests"], records["upstream_examples"]
     benches = records["upstream_benchmarks"]
-    results = tests["results"]
+    results = _results(tests)
     folders = sorted({r["file"].split("/")[1] for r in results})
     rows = [
         "| folder | files | whole | passed | failed | errors (import) | skipped |",
@@ -577,20 +635,20 @@ def upstream_block(records: dict) -> str:
     failing = [
         f"| `{r['file'].removeprefix('tests/')}` | {r.get('passed', 0)} | {r.get('failed', 0)} | "
         f"{r.get('errors', 0)} |"
-        for r in results
+        for r in sorted(results, key=lambda r: r["file"])
         if r["returncode"] != 0
     ]
-    runs = [result for run in examples["runs"] for result in run["results"]]
-    validated = sum(result["ok"] for result in runs)
-    packages = " and ".join(run["package"] for run in examples["runs"])
-    ran = sum(r["ok"] for r in benches["results"])
-    combinations = sum(r["combinations"] for r in benches["results"])
-    skipped = sum(r["skipped"] for r in benches["results"])
+    runs, files = _results(examples), _results(benches)
+    changes = sorted(
+        {run["vendor_changes"] for record in (tests, examples, benches) for run in record["runs"]}
+    )
+    ranks = sorted({r["ranks"] for r in results})
     return "\n".join(
         [
             UPSTREAM_BEGIN,
-            f"Upstream at `{tests['upstream']}`, this package at `{tests['package']}`, {tests['device']}, "
-            f"{results[0]['ranks']} ranks, one launch per file ({tests['vendor_changes']} vendor changes):",
+            f"Upstream at `{tests['upstream']}`, this package at {_packages(tests)}, {tests['device']}, "
+            f"{' and '.join(map(str, ranks))} ranks, one launch per file "
+            f"({' or '.join(map(str, changes))} vendor changes):",
             "",
             *rows,
             "",
@@ -600,9 +658,11 @@ def upstream_block(records: dict) -> str:
             "| --- | --- | --- | --- |",
             *failing,
             "",
-            f"Upstream's application examples at the same rank count: {validated} of {len(runs)} ran and "
-            f"validated (this package at {packages}). Its benchmark files: {ran} of {len(benches['results'])} "
-            f"ran, {combinations} combinations of their axes, {skipped} skipped by the files themselves.",
+            f"Upstream's application examples at the same rank count: {sum(r['ok'] for r in runs)} of "
+            f"{len(runs)} ran and validated (this package at {_packages(examples)}). Its benchmark files: "
+            f"{sum(r['ok'] for r in files)} of {len(files)} ran, "
+            f"{sum(r['combinations'] for r in files)} combinations of their axes, "
+            f"{sum(r['skipped'] for r in files)} skipped by the files themselves.",
             "",
             _source(tests, examples, benches),
             UPSTREAM_END,
@@ -623,7 +683,30 @@ def _readme_with(summary_block: str, readme: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the docs differ from the files")
+    parser.add_argument(
+        "--keep", nargs="+", metavar=("NAME", "RUN"),
+        help="write benchmarks/results/NAME.json from runs of scripts/upstream_tests.py (their --results files)",
+    )  # fmt: skip
+    parser.add_argument("--device", help="with --keep: the machine, as the docs name it")
+    parser.add_argument("--upstream", help="with --keep: upstream's commit the runs tested")
+    parser.add_argument(
+        "--package",
+        nargs="+",
+        default=[],
+        help="with --keep: this package's commit (one, or one per run) for runs that do not say",
+    )
     options = parser.parse_args(argv)
+    if options.keep:
+        name, paths = options.keep[0], options.keep[1:]
+        if not paths or not options.device or not options.upstream:
+            parser.error("--keep NAME RUN [RUN ...] needs --device and --upstream")
+        runs = []
+        for path in paths:
+            with open(path) as handle:
+                runs.append(json.load(handle))
+        record = keep_upstream(runs, options.device, options.upstream, options.package)
+        with files.replace_atomically(os.path.join(RESULTS, f"{name}.json"), "w") as handle:
+            handle.write(json.dumps(record, indent=1) + "\n")
     records = load()
     wanted = {PAGE: page(records)}
     with open(README) as handle:

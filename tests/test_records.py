@@ -1,0 +1,53 @@
+"""``benchmarks/records.py --keep``: runs of ``scripts/upstream_tests.py`` made into a file of record."""
+
+import json
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+try:
+    import records
+finally:
+    sys.path.remove(str(ROOT / "benchmarks"))
+
+TESTS_RUN = {
+    "command": "python scripts/upstream_tests.py up --ranks 2 --dirs ccl",
+    "gpus": 2,
+    "vendor_changes": 61,
+    "results": [
+        {
+            "file": "tests/ccl/test_all_reduce.py",
+            "ranks": 2,
+            "seconds": 36.0,
+            "returncode": 1,
+            "reported_by_rank": 0,
+            "passed": 48,
+            "failed": 1,
+            "failures": ["tests/ccl/test_all_reduce.py::test_x[a] Assert..."],
+            "tail": ["E   AssertionError"],
+            "other_ranks": {"1": ["1 failed"]},
+        }
+    ],
+}
+
+
+def test_a_kept_run_holds_counts_and_failing_names_not_output():
+    record = records.keep_upstream([TESTS_RUN], "2 x H200", "abd3f2ad", ["be44ef0"])
+    (run,) = record["runs"]
+    assert (record["device"], record["upstream"], run["package"]) == ("2 x H200", "abd3f2ad", "be44ef0")
+    (result,) = run["results"]
+    assert "tail" not in result and "other_ranks" not in result
+    assert result["failures"] == ["tests/ccl/test_all_reduce.py::test_x[a]"]
+    assert json.loads(json.dumps(record)) == record
+
+
+def test_a_run_that_does_not_name_its_package_needs_one():
+    with pytest.raises(ValueError, match="no package commit"):
+        records.keep_upstream([TESTS_RUN], "2 x H200", "abd3f2ad")
+    with pytest.raises(ValueError, match="one per run"):
+        records.keep_upstream([TESTS_RUN], "2 x H200", "abd3f2ad", ["a", "b"])
+    named = {**TESTS_RUN, "package": "ed13515"}
+    assert records.keep_upstream([named], "2 x H200", "abd3f2ad")["runs"][0]["package"] == "ed13515"

@@ -36,6 +36,10 @@
 #              scripts/upstream_tests.py on UPSTREAM (default .upstream/: a copy of upstream's tests/,
 #              examples/ and benchmark/, brought along where the machine cannot fetch) at UPSTREAM_RANKS (2, and
 #              4 on 4+ GPUs; one GPU per rank, as upstream's runner takes), UPSTREAM_ARGS added.
+#              UPSTREAM_KINDS (tests examples benchmarks) picks; at 2 ranks on 2 x H200 the tests took
+#              about 11 minutes at 8-10 files at once, the examples 7 and the benchmark files 5, so a
+#              machine that limits each command splits them (UPSTREAM_ARGS="--dirs unittests").
+#              `python benchmarks/records.py --keep` makes their --results files into files of record.
 #   tune       the sweeps behind the defaults (TUNE: small large pushed fused_shared fused_split
 #              fused_copies), into tune_<name>_<tag>.json.
 set -u
@@ -197,7 +201,7 @@ if has upstream; then
   upstream=${UPSTREAM:-.upstream}
   upstream_ranks=${UPSTREAM_RANKS:-$([ "$gpus" -ge 4 ] && echo "2 4" || echo 2)}
   # shellcheck disable=SC2086 - the rank counts and arguments are lists
-  for kind in tests examples benchmarks; do
+  for kind in ${UPSTREAM_KINDS:-tests examples benchmarks}; do
     flag=$([ $kind != tests ] && echo --$kind)
     timeout "${UPSTREAM_TIMEOUT:-3000}" python scripts/upstream_tests.py "$upstream" --ranks $upstream_ranks $flag \
       ${UPSTREAM_ARGS:-} --results "$out/upstream_${kind}_${card:-gpu}x${gpus}.json" 2>&1 | quiet | tail -40

@@ -52,10 +52,10 @@ FILES = {
     "export_10M": "export_speed_10M",
     "shared_2": "shared_gpu_2ranks_1gpu_h200",
     "shared_4": "shared_gpu_4ranks_1gpu_h200",
-    "upstream_tests": "upstream_tests_h200x2",
-    "upstream_examples": "upstream_examples_h200x2",
-    "upstream_benchmarks": "upstream_benchmarks_h200x2",
 }
+#: Upstream's own files, run by ``scripts/upstream_tests.py``: ``upstream_<kind>_<machine>.json``
+#: for every machine that has a ``tests`` file.
+UPSTREAM_KINDS = ("tests", "examples", "benchmarks")
 
 
 def load(results: str = RESULTS) -> dict:
@@ -71,6 +71,19 @@ def load(results: str = RESULTS) -> dict:
             return {**json.load(handle), "file": f"{name}.json"}
 
     records = {}
+    machines = sorted(
+        name[len("upstream_tests_") : -len(".json")]
+        for name in os.listdir(results)
+        if name.startswith("upstream_tests_") and name.endswith(".json")
+    )
+    records["upstream"] = {
+        machine: {
+            kind: read(f"upstream_{kind}_{machine}")
+            for kind in UPSTREAM_KINDS
+            if os.path.exists(os.path.join(results, f"upstream_{kind}_{machine}.json"))
+        }
+        for machine in machines
+    }
     for area, name in FILES.items():
         if "{machine}" in name:
             records[area] = {m: read(name.format(machine=m)) for m in MACHINES}
@@ -613,13 +626,21 @@ def _counts(rows: list[dict]) -> str:
 
 
 def upstream_block(records: dict) -> str:
-    """docs/upstream.md's block: upstream's test folders, failing files, examples and benchmark files.
+    """docs/upstream.md's block: per machine, upstream's test folders, failing files, examples and
+    benchmark files.
 
     Example:
         >>> print(upstream_block(load()))
     """
-    tests, examples = records["upstream_tests"], records["upstream_examples"]
-    benches = records["upstream_benchmarks"]
+    machines = records["upstream"]
+    # The most GPUs first: the run at the most ranks leads.
+    order = sorted(machines, key=lambda machine: (-int(machine.rsplit("x", 1)[-1]), machine))
+    sections = [_upstream_section(machines[machine]) for machine in order]
+    return "\n".join([UPSTREAM_BEGIN, "\n\n".join(sections), UPSTREAM_END])
+
+
+def _upstream_section(kinds: dict) -> str:
+    tests = kinds["tests"]
     results = _results(tests)
     folders = sorted({r["file"].split("/")[1] for r in results})
     rows = [
@@ -638,36 +659,39 @@ def upstream_block(records: dict) -> str:
         for r in sorted(results, key=lambda r: r["file"])
         if r["returncode"] != 0
     ]
-    runs, files = _results(examples), _results(benches)
-    changes = sorted(
-        {run["vendor_changes"] for record in (tests, examples, benches) for run in record["runs"]}
-    )
+    records = [kinds[kind] for kind in UPSTREAM_KINDS if kind in kinds]
+    changes = sorted({run["vendor_changes"] for record in records for run in record["runs"]})
     ranks = sorted({r["ranks"] for r in results})
-    return "\n".join(
-        [
-            UPSTREAM_BEGIN,
-            f"Upstream at `{tests['upstream']}`, this package at {_packages(tests)}, {tests['device']}, "
-            f"{' and '.join(map(str, ranks))} ranks, one launch per file "
-            f"({' or '.join(map(str, changes))} vendor changes):",
-            "",
-            *rows,
-            "",
-            "Files that did not pass whole (why: the table below):",
-            "",
-            "| file | passed | failed | errors |",
-            "| --- | --- | --- | --- |",
-            *failing,
-            "",
+    lines = [
+        f"Upstream at `{tests['upstream']}`, this package at {_packages(tests)}, {tests['device']}, "
+        f"{' and '.join(map(str, ranks))} ranks, one launch per file "
+        f"({' or '.join(map(str, changes))} vendor changes):",
+        "",
+        *rows,
+        "",
+        "Files that did not pass whole (why: the table below):",
+        "",
+        "| file | passed | failed | errors |",
+        "| --- | --- | --- | --- |",
+        *failing,
+    ]
+    others = []
+    if "examples" in kinds:
+        runs = _results(kinds["examples"])
+        others.append(
             f"Upstream's application examples at the same rank count: {sum(r['ok'] for r in runs)} of "
-            f"{len(runs)} ran and validated (this package at {_packages(examples)}). Its benchmark files: "
-            f"{sum(r['ok'] for r in files)} of {len(files)} ran, "
+            f"{len(runs)} ran and validated (this package at {_packages(kinds['examples'])})."
+        )
+    if "benchmarks" in kinds:
+        files = _results(kinds["benchmarks"])
+        others.append(
+            f"Its benchmark files: {sum(r['ok'] for r in files)} of {len(files)} ran, "
             f"{sum(r['combinations'] for r in files)} combinations of their axes, "
-            f"{sum(r['skipped'] for r in files)} skipped by the files themselves.",
-            "",
-            _source(tests, examples, benches),
-            UPSTREAM_END,
-        ]
-    )
+            f"{sum(r['skipped'] for r in files)} skipped by the files themselves."
+        )
+    if others:
+        lines += ["", " ".join(others)]
+    return "\n".join([*lines, "", _source(*records)])
 
 
 def _block_replaced(text: str, block: str, begin: str, end: str) -> str:

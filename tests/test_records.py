@@ -51,3 +51,24 @@ def test_a_run_that_does_not_name_its_package_needs_one():
         records.keep_upstream([TESTS_RUN], "2 x H200", "abd3f2ad", ["a", "b"])
     named = {**TESTS_RUN, "package": "ed13515"}
     assert records.keep_upstream([named], "2 x H200", "abd3f2ad")["runs"][0]["package"] == "ed13515"
+
+
+def _kept(kind_results, package="be44ef0", device="2 x H200"):
+    run = {"command": "python scripts/upstream_tests.py up", "vendor_changes": 61, "results": kind_results}
+    return {**records.keep_upstream([run], device, "abd3f2ad", [package]), "file": f"{device}.json"}
+
+
+def test_the_upstream_block_leads_with_the_most_gpus_and_says_only_what_was_run():
+    passing = {"file": "tests/ccl/test_all_gather.py", "ranks": 4, "returncode": 0, "passed": 30}
+    failing = {**TESTS_RUN["results"][0], "ranks": 2}
+    example = {"example": "13_flash_decode/example_run.py", "ranks": 2, "returncode": 0, "ok": True}
+    machines = {
+        "h200x2": {"tests": _kept([failing]), "examples": _kept([example])},
+        "h200x4": {"tests": _kept([passing], device="4 x H200")},
+    }
+    block = records.upstream_block({"upstream": machines})
+    four, two = block.index("4 x H200"), block.index("2 x H200")
+    assert four < two
+    assert "| `ccl/test_all_reduce.py` | 48 | 1 | 0 |" in block[two:]
+    assert "1 of 1 ran and validated" in block[two:] and "benchmark files" not in block
+    assert block.count("application examples") == 1

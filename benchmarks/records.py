@@ -592,14 +592,12 @@ def keep_upstream(runs: list[dict], device: str, upstream: str, packages: list[s
             raise ValueError("records: a run has no package commit: give --package")
         results = [{k: r[k] for k in UPSTREAM_KEPT if k in r} for r in run["results"]]
         for result in results:
-            result["failures"] = [name.split(" ")[0] for name in result.get("failures", [])]
-            if "file" not in result:
-                del result["failures"]
-        command = run["command"]
+            if "failures" in result:  # "path::test[id] Assert...": the test's name alone
+                result["failures"] = [name.split(" ")[0] for name in result["failures"]]
         kept.append(
             {
                 "package": commit,
-                "command": command,
+                "command": run["command"],
                 "vendor_changes": run["vendor_changes"],
                 "results": results,
             }

@@ -37,7 +37,7 @@
 #              examples/ and benchmark/, brought along where the machine cannot fetch) at UPSTREAM_RANKS (2, and
 #              4 on 4+ GPUs; one GPU per rank, as upstream's runner takes), UPSTREAM_ARGS added.
 #              UPSTREAM_KINDS (tests examples benchmarks) picks; at 2 ranks on 2 x H200 the tests took
-#              about 11 minutes at 8-10 files at once, the examples 7 and the benchmark files 5, so a
+#              about 11 minutes at 8-10 files at once, the examples 6 and the benchmark files 5, so a
 #              machine that limits each command splits them (UPSTREAM_ARGS="--dirs unittests").
 #              `python benchmarks/records.py --keep` makes their --results files into files of record.
 #   tune       the sweeps behind the defaults (TUNE: small large pushed fused_shared fused_split

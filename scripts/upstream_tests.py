@@ -347,8 +347,7 @@ def package_commit() -> str | None:
     return (commit + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")) or None
 
 
-def default_results(name: str) -> Path:
-    card = card_name()
+def default_results(name: str, card: str) -> Path:
     match = re.search(r"[HhAaBb]\d00", card)
     tag = f"{match.group(0).lower() if match else 'gpu'}x{gpu_count()}"
     return Path(os.environ.get("OUT", "out")) / f"{name}_{tag}.json"
@@ -396,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.examples and args.benchmarks:
         parser.error("--examples and --benchmarks are two runs: give one")
     kind = "examples" if args.examples else "benchmarks" if args.benchmarks else "tests"
-    results_path = args.results or default_results(f"upstream_{kind}")
+    card = card_name()
+    results_path = args.results or default_results(f"upstream_{kind}", card)
     results_path.parent.mkdir(parents=True, exist_ok=True)
 
     record = {
@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             ["python", "scripts/upstream_tests.py", *(argv if argv is not None else sys.argv[1:])]
         ),
         "gpus": gpus,
-        "device": f"{gpus} x {card_name()}, one GPU per rank",
+        "device": f"{gpus} x {card}, one GPU per rank",
         "package": package_commit(),
         "vendor_changes": 0,
         "results": [],

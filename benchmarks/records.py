@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 from iris_trace import files
@@ -722,11 +723,21 @@ def main(argv: list[str] | None = None) -> int:
         name, paths = options.keep[0], options.keep[1:]
         if not paths or not options.device or not options.upstream:
             parser.error("--keep NAME RUN [RUN ...] needs --device and --upstream")
+        if not re.fullmatch(r"upstream_(tests|examples|benchmarks)_\w+", name):
+            parser.error(
+                f"--keep {name!r}: name a file of record upstream_<tests|examples|benchmarks>_<machine>"
+            )
         runs = []
         for path in paths:
-            with open(path) as handle:
-                runs.append(json.load(handle))
-        record = keep_upstream(runs, options.device, options.upstream, options.package)
+            try:
+                with open(path) as handle:
+                    runs.append(json.load(handle))
+            except (OSError, ValueError) as error:
+                parser.error(f"--keep: cannot read {path} as a run of scripts/upstream_tests.py ({error})")
+        try:
+            record = keep_upstream(runs, options.device, options.upstream, options.package)
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            parser.error(f"--keep: not a run of scripts/upstream_tests.py, or incomplete ({error!r})")
         with files.replace_atomically(os.path.join(RESULTS, f"{name}.json"), "w") as handle:
             handle.write(json.dumps(record, indent=1) + "\n")
     records = load()

@@ -1,7 +1,9 @@
 """``benchmarks/records.py --keep``: runs of ``scripts/upstream_tests.py`` made into a file of record."""
 
 import json
+import os
 import pathlib
+import subprocess
 import sys
 
 import pytest
@@ -72,3 +74,27 @@ def test_the_upstream_block_leads_with_the_most_gpus_and_says_only_what_was_run(
     assert "| `ccl/test_all_reduce.py` | 48 | 1 | 0 |" in block[two:]
     assert "1 of 1 ran and validated" in block[two:] and "benchmark files" not in block
     assert block.count("application examples") == 1
+
+
+@pytest.mark.parametrize("case", ["missing", "not_json", "not_a_run", "a_path_for_a_name"])
+def test_keep_refuses_what_is_not_a_run_in_one_line_and_writes_nothing(tmp_path, case):
+    run = tmp_path / "run.json"
+    name = "upstream_tests_h200x2"
+    if case == "not_json":
+        run.write_text("{ half")
+    elif case == "not_a_run":
+        run.write_text(json.dumps([1, 2]))
+    elif case == "a_path_for_a_name":
+        run.write_text(json.dumps({**TESTS_RUN, "package": "be44ef0"}))
+        name = "../../escaped"
+    before = sorted(p.name for p in (ROOT / "benchmarks" / "results").iterdir())
+    command = [sys.executable, str(ROOT / "benchmarks" / "records.py"), "--keep", name, str(run)]
+    command += ["--device", "2 x H200", "--upstream", "abd3f2ad"]
+    done = subprocess.run(
+        command, capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("records.py: error: --keep"), done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in (ROOT / "benchmarks" / "results").iterdir()) == before
+    assert not (tmp_path.parent.parent / "escaped.json").exists()

@@ -680,6 +680,7 @@ def _upstream_section(kinds: dict) -> str:
         others.append(
             f"Upstream's application examples at the same rank count: {sum(r['ok'] for r in runs)} of "
             f"{len(runs)} ran and validated (this package at {_packages(kinds['examples'])})."
+            + _not_ok(runs, "example")
         )
     if "benchmarks" in kinds:
         files = _results(kinds["benchmarks"])
@@ -687,10 +688,16 @@ def _upstream_section(kinds: dict) -> str:
             f"Its benchmark files: {sum(r['ok'] for r in files)} of {len(files)} ran, "
             f"{sum(r['combinations'] for r in files)} combinations of their axes, "
             f"{sum(r['skipped'] for r in files)} skipped by the files themselves."
+            + _not_ok(files, "benchmark")
         )
     if others:
         lines += ["", " ".join(others)]
     return "\n".join([*lines, "", _source(*records)])
+
+
+def _not_ok(results: list[dict], key: str) -> str:
+    failed = [f"`{r[key]}`" for r in results if not r["ok"]]
+    return f" Stopped with an error: {', '.join(failed)} (why: below)." if failed else ""
 
 
 def _block_replaced(text: str, block: str, begin: str, end: str) -> str:

@@ -76,6 +76,16 @@ def test_the_upstream_block_leads_with_the_most_gpus_and_says_only_what_was_run(
     assert block.count("application examples") == 1
 
 
+def test_the_upstream_block_names_the_benchmark_files_that_stopped():
+    ran = {"benchmark": "benchmark/ccl/bench_all_reduce.py", "ok": True, "combinations": 50, "skipped": 0}
+    stopped = {"benchmark": "benchmark/ccl/bench_all_to_all.py", "ok": False, "combinations": 0, "skipped": 0}
+    passing = {"file": "tests/ccl/test_all_gather.py", "ranks": 4, "returncode": 0, "passed": 30}
+    machines = {"h200x4": {"tests": _kept([passing]), "benchmarks": _kept([ran, stopped])}}
+    block = records.upstream_block({"upstream": machines})
+    assert "1 of 2 ran, 50 combinations" in block
+    assert "Stopped with an error: `benchmark/ccl/bench_all_to_all.py`" in block
+
+
 @pytest.mark.parametrize("case", ["missing", "not_json", "not_a_run", "a_path_for_a_name"])
 def test_keep_refuses_what_is_not_a_run_in_one_line_and_writes_nothing(tmp_path, case):
     run = tmp_path / "run.json"

@@ -51,6 +51,7 @@ import functools
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -296,6 +297,22 @@ def run_benchmark(upstream: Path, bench: Path, ranks: int, gpus: list[int], time
     return result
 
 
+def recorded_settings(environment) -> list[str]:
+    """The settings of ``environment`` that change what upstream's files do here, as the command's
+    ``NAME=value`` prefix: PyTorch's allocator settings and this package's, but the backend.
+
+    Example:
+        >>> recorded_settings({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "HOME": "/root"})
+        ['PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True']
+    """
+    names = sorted(
+        name
+        for name in environment
+        if name == "PYTORCH_CUDA_ALLOC_CONF" or (name.startswith("IRIS_") and name != "IRIS_BACKEND")
+    )
+    return [f"{name}={shlex.quote(environment[name])}" for name in names]
+
+
 def _environment(upstream: Path, gpus: list[int]) -> dict:
     # This package first, then upstream's root (its tests import ``examples.common``; it
     # holds no ``iris``).
@@ -401,7 +418,12 @@ def main(argv: list[str] | None = None) -> int:
 
     record = {
         "command": " ".join(
-            ["python", "scripts/upstream_tests.py", *(argv if argv is not None else sys.argv[1:])]
+            [
+                *recorded_settings(os.environ),
+                "python",
+                "scripts/upstream_tests.py",
+                *(argv if argv is not None else sys.argv[1:]),
+            ]
         ),
         "gpus": gpus,
         "device": f"{gpus} x {card}, one GPU per rank",

@@ -1,4 +1,5 @@
-"""``scripts/upstream_tests.py``'s vendor changes: AMD-only launch options dropped, 32-lane Gluon layouts."""
+"""``scripts/upstream_tests.py``: its vendor changes (AMD-only launch options dropped, 32-lane Gluon
+layouts) and what its results record."""
 
 import ast
 import importlib.util
@@ -91,3 +92,16 @@ def test_a_benchmark_file_runs_at_the_rank_count_asked_and_its_rows_are_kept(tmp
     flags = [row["params"]["flag"] for row in result["records"] if not row.get("skipped")]
     assert flags == ["--axis_num_ranks=2", *runner.BENCH_TIMING, "--benchmark_format=json"]
     assert result["combinations"] == 5 and result["skipped"] == 1
+
+
+def test_the_settings_that_change_upstreams_files_are_kept_with_the_command():
+    environment = {
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "IRIS_BACKEND": "cuda",
+        "PATH": "/bin",
+    }
+    environment["IRIS_DEBUG"] = "1 2"
+    assert runner.recorded_settings(environment) == [
+        "IRIS_DEBUG='1 2'",
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+    ]

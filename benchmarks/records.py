@@ -706,10 +706,6 @@ def _block_replaced(text: str, block: str, begin: str, end: str) -> str:
     return before + block + after
 
 
-def _readme_with(summary_block: str, readme: str) -> str:
-    return _block_replaced(readme, summary_block, BEGIN, END)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the docs differ from the files")
@@ -750,7 +746,7 @@ def main(argv: list[str] | None = None) -> int:
     records = load()
     wanted = {PAGE: page(records)}
     with open(README) as handle:
-        wanted[README] = _readme_with(summary(records), handle.read())
+        wanted[README] = _block_replaced(handle.read(), summary(records), BEGIN, END)
     with open(UPSTREAM_PAGE) as handle:
         wanted[UPSTREAM_PAGE] = _block_replaced(
             handle.read(), upstream_block(records), UPSTREAM_BEGIN, UPSTREAM_END

@@ -61,8 +61,12 @@ def prepare_process(name: str) -> None:
         _cuda_call_sites.install()
 
 
-def make_backend(name: str, cross_node: bool = False) -> Backend:
+def make_backend(name: str, cross_node: bool = False, allocator: str = "torch") -> Backend:
     """Instantiate the backend called ``name``; ``cross_node`` when device ops may reach other nodes.
+
+    ``allocator`` is upstream Iris's ``allocator_type``: ``"vmem"`` gives the CUDA backend a
+    virtual-memory heap that ``as_symmetric`` can map outside memory into
+    (:mod:`.cuda_vmm`); elsewhere the heap is the backend's one kind.
 
     Example:
         >>> make_backend("emulated").name
@@ -75,6 +79,10 @@ def make_backend(name: str, cross_node: bool = False) -> Backend:
             from .cuda_nvshmem import NvshmemBackend
 
             return NvshmemBackend()
+        if allocator == "vmem":
+            from .cuda_vmm import CudaVmmBackend
+
+            return CudaVmmBackend()
         from .cuda_ipc import CudaBackend
 
         return CudaBackend()

@@ -258,6 +258,13 @@ class CudaBackend(Backend):
     def free(self, allocation: Allocation) -> None:
         pass  # the memory goes with the last tensor of it (_DeviceBuffer)
 
+    def outside_memory(self, tensor: torch.Tensor):
+        return (
+            "cannot map memory allocated outside the symmetric heap into it: this heap is one cudaMalloc "
+            "allocation; create the context with iris.iris(heap_size, allocator_type='vmem') to map outside "
+            "memory in, or copy it in: ctx.empty_like(tensor).copy_(tensor)"
+        )
+
     def host_visible_zeros(self, count: int, dtype: torch.dtype) -> tuple[torch.Tensor, int]:
         # Pinned memory is mapped into every GPU's address space; unlike a registered
         # file mapping it works whatever filesystem the flight files live on.

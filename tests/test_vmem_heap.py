@@ -1,5 +1,5 @@
-"""``allocator_type="vmem"``: upstream's allocator name, and on GPUs a virtual-memory heap into
-which ``as_symmetric`` maps memory allocated outside it (``iris/backends/cuda_vmm.py``)."""
+"""``allocator_type="vmem"``: a heap with room after it, into which ``as_symmetric`` maps memory
+allocated outside it (``iris/backends/cuda_vmm.py`` on GPUs, ``emulated_vmm.py`` under emulation)."""
 
 import pytest
 import torch
@@ -9,9 +9,9 @@ from conftest import get_pool
 
 import iris
 
-on_gpus = pytest.mark.skipif(iris.BACKEND != "cuda", reason="CUDA virtual memory: GPUs only")
-#: PyTorch's expandable segments are CUDA virtual memory, which the heap can map.
-EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+#: Outside memory a vmem heap can map: PyTorch's expandable segments on GPUs; under emulation,
+#: CPU tensors in shared memory (``share_memory_()``).
+SHAREABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"} if iris.BACKEND == "cuda" else {}
 
 
 @triton.jit
@@ -24,24 +24,32 @@ def read_peer_kernel(src, out, n, cur_rank, peer, heap_bases, BLOCK: tl.constexp
 def _read_peer(ctx, shared, peer):
     out = ctx.full(shared.shape, float("nan"), dtype=shared.dtype)
     n = shared.numel()
-    read_peer_kernel[(triton.cdiv(n, 1024),)](
-        shared, out, n, ctx.get_rank(), peer, ctx.get_heap_bases(), BLOCK=1024
-    )
-    torch.cuda.synchronize()
+    grid = (triton.cdiv(n, 1024),)
+    read_peer_kernel[grid](shared, out, n, ctx.get_rank(), peer, ctx.get_heap_bases(), BLOCK=1024)
+    ctx.barrier()
     return out
+
+
+def _drawn(numel, seed, device):
+    generator = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(numel, device=device, generator=generator)
+
+
+def _shareable(numel, seed, device):
+    tensor = _drawn(numel, seed, device)
+    return tensor.share_memory_() if tensor.device.type == "cpu" else tensor
 
 
 def _outside_memory_refused_body(rank, world_size):
     with iris.iris(1 << 20, allocator_type="vmem") as ctx:
         on_heap = ctx.zeros(8)
         assert ctx.as_symmetric(on_heap) is on_heap
-        outside = torch.zeros(8, device=ctx.get_device())  # the default allocator's memory
+        private = torch.zeros(8, device=ctx.get_device())  # the default allocator's memory
         with pytest.raises(RuntimeError) as caught:
-            ctx.as_symmetric(outside)
+            ctx.as_symmetric(private)
         message = str(caught.value)
-        assert "\n" not in message and message.startswith("iris: as_symmetric")
-        if iris.BACKEND == "cuda":
-            assert "expandable_segments:True" in message and "empty_like" in message
+        assert "\n" not in message and message.startswith("iris: as_symmetric on rank 0")
+        assert ("expandable_segments:True" if iris.BACKEND == "cuda" else "share_memory_()") in message
         ctx.barrier()
 
 
@@ -49,44 +57,56 @@ def test_memory_a_vmem_heap_cannot_map_is_refused_in_one_line(world):
     world.run(_outside_memory_refused_body)
 
 
-def _vmem_heap_body(rank, world_size):
-    with iris.iris(1 << 24, allocator_type="vmem") as ctx:
-        peer = (rank + 1) % world_size
-        mine = ctx.full((4096,), float(rank), dtype=torch.float32)
+def _default_heap_refuses_at_once_body(rank, world_size):
+    with iris.iris(1 << 20) as ctx:
+        if rank == 0:  # the others do not call: the default heap asks no one
+            with pytest.raises(
+                RuntimeError, match="allocator_type='vmem'|cannot map memory allocated outside"
+            ):
+                ctx.as_symmetric(torch.zeros(8, device=ctx.get_device()))
         ctx.barrier()
-        assert torch.equal(_read_peer(ctx, mine, peer), torch.full_like(mine, float(peer)))
-        ctx.barrier()
 
 
-@on_gpus
-def test_a_vmem_heap_is_reached_by_peers():
-    get_pool(2).run(_vmem_heap_body)
-
-
-def _drawn(numel, seed, device):
-    return torch.randn(numel, device=device, generator=torch.Generator(device=device).manual_seed(seed))
+def test_the_default_heap_refuses_outside_memory_without_asking_the_other_ranks(world):
+    world.run(_default_heap_refuses_at_once_body)
 
 
 def _take_in_body(rank, world_size):
-    with iris.iris(1 << 24, allocator_type="vmem") as ctx:
+    with iris.iris(1 << 22, allocator_type="vmem") as ctx:
         peer, device = (rank + 1) % world_size, ctx.get_device()
-        # A small tensor, then one of 48 MiB that spans several of PyTorch's 20 MiB segments.
-        for index, numel in enumerate((1000, 12 << 20)):
-            outside = _drawn(numel, 100 * rank + index, device)
+        kept = []
+        # A small tensor, then a larger one (on GPUs 48 MiB: several of PyTorch's 20 MiB segments).
+        sizes = (1000, 12 << 20) if iris.BACKEND == "cuda" else (1000, 20000)
+        for index, numel in enumerate(sizes):
+            outside = _shareable(numel, 100 * rank + index, device)
             shared = ctx.as_symmetric(outside)
+            kept.append(shared)
             assert shared.shape == outside.shape and ctx.is_symmetric(shared)
             assert ctx.as_symmetric(shared) is shared
             assert torch.equal(shared, outside)  # the same memory, at a second address
             shared[:10] = float(rank)  # writes through the heap are the tensor's
-            torch.cuda.synchronize()
-            assert torch.equal(outside[:10].cpu(), torch.full((10,), float(rank)))
             ctx.barrier()
+            assert torch.equal(outside[:10].cpu(), torch.full((10,), float(rank)))
             expected = _drawn(numel, 100 * peer + index, device)
             expected[:10] = float(peer)
             assert torch.equal(_read_peer(ctx, shared, peer), expected)
-            ctx.barrier()
+        # The first tensor taken in is still reached after the second.
+        assert torch.equal(_read_peer(ctx, kept[0], peer)[:10].cpu(), torch.full((10,), float(peer)))
 
 
-@on_gpus
-def test_as_symmetric_maps_outside_memory_that_peers_then_read():
-    get_pool(2, **EXPANDABLE).run(_take_in_body)
+@pytest.mark.parametrize("debug", ["0", "1"], ids=["plain", "IRIS_DEBUG"])
+def test_as_symmetric_maps_outside_memory_that_peers_then_read(debug):
+    # IRIS_DEBUG checks every pointer against the heap's bounds: they reach the memory taken in.
+    get_pool(2, IRIS_DEBUG=debug, **SHAREABLE).run(_take_in_body)
+
+
+def _window_full_body(rank, world_size):
+    with iris.iris(1 << 16, allocator_type="vmem") as ctx:
+        too_big = _shareable(1 << 20, rank, ctx.get_device())  # 4 MiB past a 64 KiB heap
+        with pytest.raises(MemoryError, match="kept for outside memory"):
+            ctx.as_symmetric(too_big)
+        ctx.barrier()
+
+
+def test_outside_memory_larger_than_the_room_after_the_heap_is_refused():
+    get_pool(2, **SHAREABLE).run(_window_full_body)

@@ -66,7 +66,8 @@ def make_backend(name: str, cross_node: bool = False, allocator: str = "torch") 
 
     ``allocator`` is upstream Iris's ``allocator_type``: ``"vmem"`` gives the CUDA backend a
     virtual-memory heap that ``as_symmetric`` can map outside memory into
-    (:mod:`.cuda_vmm`); elsewhere the heap is the backend's one kind.
+    (:mod:`.cuda_vmm`), and the emulation backend its counterpart (:mod:`.emulated_vmm`);
+    across nodes (NVSHMEM) the heap is NVSHMEM's.
 
     Example:
         >>> make_backend("emulated").name
@@ -86,6 +87,10 @@ def make_backend(name: str, cross_node: bool = False, allocator: str = "torch") 
         from .cuda_ipc import CudaBackend
 
         return CudaBackend()
+    if allocator == "vmem":
+        from .emulated_vmm import EmulatedVmmBackend
+
+        return EmulatedVmmBackend()
     from .emulated import EmulatedBackend
 
     return EmulatedBackend()

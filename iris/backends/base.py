@@ -69,6 +69,17 @@ def names_device(requested: torch.device, device: torch.device) -> bool:
     return requested.index is None or requested.index == device.index
 
 
+def byte_interface(address: int, nbytes: int) -> dict:
+    """``nbytes`` of memory at ``address`` as the array interface that numpy and torch read
+    (``__array_interface__`` on the host, ``__cuda_array_interface__`` on GPUs).
+
+    Example:
+        >>> byte_interface(0x7F0000000000, 4096)["shape"]
+        (4096,)
+    """
+    return {"shape": (nbytes,), "typestr": "|u1", "data": (address, False), "version": 3, "strides": None}
+
+
 def describe_bytes(nbytes: int) -> str:
     """A byte count as a person reads it: ``1.5 GiB``, ``64 MiB``, ``512 bytes``.
 

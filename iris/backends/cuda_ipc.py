@@ -15,7 +15,7 @@ import torch
 
 from .. import _env
 from . import _cuda_call_sites, _cuda_topology
-from .base import Allocation, Backend, CopyLanes, describe_bytes
+from .base import Allocation, Backend, CopyLanes, byte_interface, describe_bytes
 
 
 def _runtime():
@@ -62,13 +62,7 @@ class _DeviceBuffer:
     """
 
     def __init__(self, address: int, nbytes: int, owned: bool = False):
-        self.__cuda_array_interface__ = {
-            "shape": (nbytes,),
-            "typestr": "|u1",
-            "data": (address, False),
-            "version": 3,
-            "strides": None,
-        }
+        self.__cuda_array_interface__ = byte_interface(address, nbytes)
         if owned:
             weakref.finalize(self, _free_device_memory, address)
 

@@ -34,7 +34,7 @@ import torch
 
 from ._fd_passing import exchange_fds
 from .base import Allocation
-from .cuda_ipc import CudaBackend
+from .cuda_ipc import CudaBackend, _DeviceBuffer
 
 
 def _driver():
@@ -84,7 +84,7 @@ def _allow(address: int, nbytes: int, device: torch.device) -> None:
 class _Reservation:
     """An address range and the physical memory mapped into it, all given back when it goes.
 
-    Tensors over the range hold it (through :class:`_View`), so the memory stays mapped
+    Tensors over the range hold it (through their buffers), so the memory stays mapped
     while any tensor of it is left, whatever the context does.
     """
 
@@ -123,18 +123,12 @@ def _release(address: int, nbytes: int, mappings: list) -> None:
         sys.stderr.write(f"iris: freeing the address range at {address:#x}: {error}\n")
 
 
-class _View:
-    """``nbytes`` at ``address`` for ``torch.as_tensor``; keeps its reservation alive."""
-
-    def __init__(self, reservation: _Reservation, address: int, nbytes: int):
-        self.reservation = reservation
-        self.__cuda_array_interface__ = {
-            "shape": (nbytes,),
-            "typestr": "|u1",
-            "data": (address, False),
-            "version": 3,
-            "strides": None,
-        }
+def _tensor(reservation: _Reservation, address: int, nbytes: int, device: torch.device) -> torch.Tensor:
+    # torch keeps the buffer behind __cuda_array_interface__, and the buffer its reservation:
+    # the range stays mapped while any tensor of it is left.
+    buffer = _DeviceBuffer(address, nbytes)
+    buffer.reservation = reservation
+    return torch.as_tensor(buffer, device=device)
 
 
 @dataclass
@@ -214,7 +208,7 @@ class CudaVmmBackend(CudaBackend):
         except BaseException:
             reservation.release()
             raise
-        tensor = torch.as_tensor(_View(reservation, reservation.address, nbytes), device=device)
+        tensor = _tensor(reservation, reservation.address, nbytes, device)
         return Allocation(tensor=tensor, handle=fd, owner=reservation)
 
     def share_handles(self, comm, allocation: Allocation) -> list:
@@ -248,7 +242,7 @@ class CudaVmmBackend(CudaBackend):
         if allocation.handle is not None:
             os.close(allocation.handle)
             allocation.handle = None
-        # The memory goes with the last tensor of it (_View holds the reservation).
+        # The memory goes with the last tensor of it (its buffer holds the reservation).
 
     def import_window(self, nbytes: int) -> int:
         page = _granularity(torch.device("cuda", torch.cuda.current_device()))
@@ -310,4 +304,4 @@ class CudaVmmBackend(CudaBackend):
             for fd in exported + [fd for fds in received.values() for fd in fds]:
                 os.close(fd)
         address = reservation.address + offset + outside.tensor_offset
-        return torch.as_tensor(_View(reservation, address, outside.tensor_bytes), device=device)
+        return _tensor(reservation, address, outside.tensor_bytes, device)

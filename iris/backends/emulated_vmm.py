@@ -28,7 +28,7 @@ import torch
 from iris_trace import files
 
 from ._fd_passing import exchange_fds
-from .base import Allocation
+from .base import Allocation, byte_interface
 from .emulated import EmulatedBackend, _heap_path, _shm_dir
 
 _PAGE = mmap.PAGESIZE
@@ -86,12 +86,7 @@ class _View:
 
     def __init__(self, reservation: _Reservation, address: int, nbytes: int):
         self.reservation = reservation
-        self.__array_interface__ = {
-            "shape": (nbytes,),
-            "typestr": "|u1",
-            "data": (address, False),
-            "version": 3,
-        }
+        self.__array_interface__ = byte_interface(address, nbytes)
 
 
 def _tensor(reservation: _Reservation, address: int, nbytes: int) -> torch.Tensor:

@@ -110,3 +110,49 @@ def _window_full_body(rank, world_size):
 
 def test_outside_memory_larger_than_the_room_after_the_heap_is_refused():
     get_pool(2, **SHAREABLE).run(_window_full_body)
+
+
+class _FakeDriver:
+    """What ``cuda_vmm`` asks of the driver to find a range's allocations: which allocation
+    backs each 2 MiB page (the layout of PyTorch's expandable segments, 20 MiB each)."""
+
+    class CUresult:
+        CUDA_SUCCESS = 0
+        CUDA_ERROR_INVALID_VALUE = 1
+
+    def __init__(self, backing):
+        self.backing, self.held = backing, 0
+
+    def cuMemRetainAllocationHandle(self, address):
+        handle = self.backing.get(address // PAGE * PAGE)
+        if handle is None:
+            return self.CUresult.CUDA_ERROR_INVALID_VALUE, None
+        self.held += 1
+        return self.CUresult.CUDA_SUCCESS, handle
+
+    def cuMemRelease(self, handle):
+        self.held -= 1
+        return (self.CUresult.CUDA_SUCCESS,)
+
+
+PAGE = 2 << 20
+
+
+def test_the_allocations_behind_a_range_are_found_whole(monkeypatch):
+    from iris.backends import cuda_vmm
+
+    base = 0x7F0000000000
+    # Three 20 MiB segments back to back, then an unmapped gap, then a fourth.
+    backing = {base + page * PAGE: 1 + page // 10 for page in range(30)}
+    backing.update({base + page * PAGE: 9 for page in range(40, 50)})
+    driver = _FakeDriver(backing)
+    monkeypatch.setattr(cuda_vmm, "_driver", lambda: driver)
+    segment = 10 * PAGE
+    # A tensor from the middle of the first segment into the third: all three, each whole.
+    found = cuda_vmm._allocations(base + 3 * PAGE + 100, 2 * segment, PAGE)
+    assert found == [(base, segment), (base + segment, segment), (base + 2 * segment, segment)]
+    # Inside one segment: that segment, whole.
+    assert cuda_vmm._allocations(base + segment + 5, 8, PAGE) == [(base + segment, segment)]
+    # Running into the gap: no handle for a page of the range, nothing to map.
+    assert cuda_vmm._allocations(base + 2 * segment, segment + 1, PAGE) is None
+    assert driver.held == 0  # every handle retained on the way was released

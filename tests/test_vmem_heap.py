@@ -44,6 +44,7 @@ def _outside_memory_refused_body(rank, world_size):
     with iris.iris(1 << 20, allocator_type="vmem") as ctx:
         on_heap = ctx.zeros(8)
         assert ctx.as_symmetric(on_heap) is on_heap
+        assert ctx.heap.allocator.get_base_address() == ctx.heap.base  # upstream's name
         private = torch.zeros(8, device=ctx.get_device())  # the default allocator's memory
         with pytest.raises(RuntimeError) as caught:
             ctx.as_symmetric(private)

@@ -194,6 +194,15 @@ class SymmetricHeap:
         """
         return self._backend.accepts_device(requested, self.device if heap_device is None else heap_device)
 
+    def get_base_address(self) -> int:
+        """Upstream Iris's allocator name for :attr:`base` (``ctx.heap.allocator.get_base_address()``).
+
+        Example:
+            >>> ctx.heap.allocator.get_base_address() == ctx.heap.base
+            True
+        """
+        return self.base
+
     def owns_tensor(self, tensor: torch.Tensor) -> bool:
         """Upstream Iris's allocator name for :meth:`contains` (``ctx.heap.allocator.owns_tensor``).
 

@@ -95,9 +95,14 @@ class _Reservation:
         self._finalizer = weakref.finalize(self, _release, self.address, nbytes, self.mappings)
 
     def map(self, offset: int, nbytes: int, handle, device: torch.device) -> int:
-        """Map ``handle`` (``nbytes`` from its first byte) at ``offset``; released with the reservation."""
+        """Map ``handle`` (``nbytes`` from its first byte) at ``offset``. The handle is the
+        reservation's from then on, released with it, or at once where the mapping fails."""
+        driver = _driver()
         address = self.address + offset
-        _ok(_driver().cuMemMap(address, nbytes, 0, handle, 0), "cuMemMap")
+        result = driver.cuMemMap(address, nbytes, 0, handle, 0)
+        if result[0] != driver.CUresult.CUDA_SUCCESS:
+            driver.cuMemRelease(handle)
+            _ok(result, "cuMemMap")
         self.mappings.append((address, nbytes, handle))
         _allow(address, nbytes, device)
         return address
@@ -109,6 +114,8 @@ class _Reservation:
 def _release(address: int, nbytes: int, mappings: list) -> None:
     # Called by the garbage collector too: errors (a device gone at exit) go to the log.
     driver = _driver()
+    # Unmapping does not wait for kernels still reading the memory (cudaFree would): wait here.
+    driver.cuCtxSynchronize()
     for mapped, size, handle in reversed(mappings):
         for call, what in ((lambda: driver.cuMemUnmap(mapped, size), "cuMemUnmap"),
                            (lambda: driver.cuMemRelease(handle), "cuMemRelease")):  # fmt: skip
@@ -199,11 +206,7 @@ class CudaVmmBackend(CudaBackend):
         driver = _driver()
         try:
             handle = _ok(driver.cuMemCreate(padded, _properties(device), 0), f"cuMemCreate({padded} bytes)")
-            try:
-                reservation.map(0, padded, handle, device)
-            except BaseException:
-                driver.cuMemRelease(handle)
-                raise
+            reservation.map(0, padded, handle, device)
             fd = int(_ok(driver.cuMemExportToShareableHandle(handle, _fd_type(), 0), "exporting the heap"))
         except BaseException:
             reservation.release()
@@ -230,7 +233,6 @@ class CudaVmmBackend(CudaBackend):
         try:
             reservation.map(0, padded, physical, device)
         except BaseException:
-            driver.cuMemRelease(physical)
             reservation.release()
             raise
         return reservation.address, reservation
@@ -288,16 +290,11 @@ class CudaVmmBackend(CudaBackend):
             others = [rank for rank in range(comm.world_size) if rank != comm.rank]
             received = exchange_fds(comm, exported, others) if others else {}
             for at, size in outside.pieces:
-                reservation.map(offset + at, size, handles[0], device)
-                handles.pop(0)  # the mapping holds it now
+                reservation.map(offset + at, size, handles.pop(0), device)
             for rank in others:
                 for fd, (at, size) in zip(received[rank], layouts[rank]):
                     physical = _ok(driver.cuMemImportFromShareableHandle(fd, _fd_type()), "importing")
-                    try:
-                        peers[rank].map(offset + at, size, physical, device)
-                    except BaseException:
-                        driver.cuMemRelease(physical)
-                        raise
+                    peers[rank].map(offset + at, size, physical, device)
         finally:
             for handle in handles:
                 driver.cuMemRelease(handle)

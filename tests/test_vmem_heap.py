@@ -115,7 +115,8 @@ def test_outside_memory_larger_than_the_room_after_the_heap_is_refused():
 
 class _FakeDriver:
     """What ``cuda_vmm`` asks of the driver to find a range's allocations: which allocation
-    backs each 2 MiB page (the layout of PyTorch's expandable segments, 20 MiB each)."""
+    backs each 2 MiB page, laid out as PyTorch's expandable segments (20 MiB each), and the
+    one mapping that holds an address, as ``cuMemGetAddressRange`` gives it for mapped memory."""
 
     class CUresult:
         CUDA_SUCCESS = 0
@@ -135,6 +136,11 @@ class _FakeDriver:
         self.held -= 1
         return (self.CUresult.CUDA_SUCCESS,)
 
+    def cuMemGetAddressRange(self, address):
+        handle = self.backing.get(address // PAGE * PAGE)
+        pages = sorted(page for page, other in self.backing.items() if other == handle)
+        return self.CUresult.CUDA_SUCCESS, pages[0], pages[-1] + PAGE - pages[0]
+
 
 PAGE = 2 << 20
 
@@ -150,10 +156,10 @@ def test_the_allocations_behind_a_range_are_found_whole(monkeypatch):
     monkeypatch.setattr(cuda_vmm, "_driver", lambda: driver)
     segment = 10 * PAGE
     # A tensor from the middle of the first segment into the third: all three, each whole.
-    found = cuda_vmm._allocations(base + 3 * PAGE + 100, 2 * segment, PAGE)
+    found = cuda_vmm._allocations(base + 3 * PAGE + 100, 2 * segment)
     assert found == [(base, segment), (base + segment, segment), (base + 2 * segment, segment)]
     # Inside one segment: that segment, whole.
-    assert cuda_vmm._allocations(base + segment + 5, 8, PAGE) == [(base + segment, segment)]
+    assert cuda_vmm._allocations(base + segment + 5, 8) == [(base + segment, segment)]
     # Running into the gap: no handle for a page of the range, nothing to map.
-    assert cuda_vmm._allocations(base + 2 * segment, segment + 1, PAGE) is None
+    assert cuda_vmm._allocations(base + 2 * segment, segment + 1) is None
     assert driver.held == 0  # every handle retained on the way was released

@@ -12,8 +12,8 @@ the heap is built from CUDA's virtual-memory calls instead:
   checks each sender's credentials); each peer imports it (``cuMemImportFromShareableHandle``)
   into a reservation of the same size, so every rank's heap has a window after it in
   every process.
-- ``as_symmetric(tensor)`` takes the tensor's own physical memory, found by
-  ``cuMemRetainAllocationHandle`` page by page, and maps it at one offset in the window on
+- ``as_symmetric(tensor)`` takes the tensor's own physical memory, mapping by mapping
+  (``cuMemGetAddressRange``, ``cuMemRetainAllocationHandle``), and maps it at one offset in the window on
   every rank; peers map the same memory, passed to them as descriptors, at that offset of
   their reservation for the rank. Device code then reaches it with the usual translation.
 
@@ -157,42 +157,28 @@ def _handle_at(address: int):
     return handle if err == driver.CUresult.CUDA_SUCCESS else None
 
 
-def _backs(address: int, handle) -> bool:
-    """Whether the allocation ``handle`` is what is mapped at ``address``."""
-    other = _handle_at(address)
-    if other is None:
-        return False
-    same = int(other) == int(handle)
-    _driver().cuMemRelease(other)
-    return same
-
-
-def _allocations(start: int, nbytes: int, page: int) -> list[tuple[int, int]] | None:
+def _allocations(start: int, nbytes: int) -> list[tuple[int, int]] | None:
     """The physical allocations behind ``[start, start + nbytes)``, each whole: (address, bytes).
 
-    The driver says which allocation backs an address but not where that allocation
-    begins or ends, so the pages around the range are asked one by one. None where a
-    page of the range has no handle (memory not made with ``cuMemCreate``).
+    For memory mapped with ``cuMemMap``, ``cuMemGetAddressRange`` gives the one mapping that
+    holds an address (one allocation: PyTorch maps each of an expandable segment's
+    allocations on its own), not the reservation around it; so the range is walked
+    mapping by mapping. None where a mapping has no virtual-memory handle (``cudaMalloc``
+    memory), which no heap can map.
     """
     driver = _driver()
     found = []
-    at, end = start // page * page, start + nbytes
+    at, end = start, start + nbytes
     while at < end:
         handle = _handle_at(at)
         if handle is None:
             return None
-        try:
-            first = at
-            if not found:  # the first allocation may begin before the range
-                while first >= page and _backs(first - page, handle):
-                    first -= page
-            last = at
-            while _backs(last + page, handle):
-                last += page
-        finally:
-            driver.cuMemRelease(handle)
-        found.append((first, last + page - first))
-        at = last + page
+        driver.cuMemRelease(handle)
+        err, base, size = driver.cuMemGetAddressRange(at)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return None
+        found.append((int(base), int(size)))
+        at = int(base) + int(size)
     return found
 
 
@@ -260,7 +246,7 @@ class CudaVmmBackend(CudaBackend):
         page = _granularity(tensor.device)
         start = tensor.data_ptr()
         nbytes = max(tensor.numel() * tensor.element_size(), 1)
-        allocations = _allocations(start, nbytes, page)
+        allocations = _allocations(start, nbytes)
         if allocations is None:
             return (
                 "its memory has no CUDA virtual-memory handle (PyTorch's default allocator uses cudaMalloc): "

@@ -137,21 +137,23 @@ def test_auto_picks_one_shot_small_and_two_shot_large():
 
 
 # ---------------------------------------------------------------- the others
-def _all_gather_body(rank, world_size):
+def _all_gather_body(rank, world_size, gluon=False):
     with iris.iris(1 << 22) as ctx:
         results = {}
         for name, dtype in DTYPES.items():
             inp = _random(ctx, (N // 7, 7), dtype, seed=rank + 10)
             out = ctx.full((world_size * (N // 7), 7), 99, dtype=dtype)
-            ctx.ccl.all_gather(out, inp, config=SMALL)
+            ctx.ccl.all_gather(out, inp, config=dataclasses.replace(SMALL, use_gluon=gluon))
             results[name] = torch.equal(
                 out.cpu().to(torch.float32), torch.cat(_gather(inp)).to(torch.float32)
             )
         return results
 
 
-def test_all_gather_concatenates_like_torch(world):
-    for results in world.run(_all_gather_body):
+# use_gluon: the Gluon kernels on GPUs (iris.ccl.gluon); the Triton ones under emulation.
+@pytest.mark.parametrize("gluon", [False, True], ids=["triton", "use_gluon"])
+def test_all_gather_concatenates_like_torch(world, gluon):
+    for results in world.run(_all_gather_body, gluon):
         assert all(results.values()), results
 
 
@@ -329,14 +331,14 @@ def test_config_refuses_what_upstream_refuses(settings, message):
         Config(**settings)
 
 
-def _all_to_all_body(rank, world_size, two_d):
+def _all_to_all_body(rank, world_size, two_d, gluon=False):
     with iris.iris(1 << 22) as ctx:
         results = {}
         for name, dtype in DTYPES.items():
             shape = (13, 5 * world_size) if two_d else (37 * world_size,)
             inp = _random(ctx, shape, dtype, seed=rank + 30)
             out = ctx.full(shape, 99, dtype=dtype)
-            ctx.ccl.all_to_all(out, inp, config=SMALL)
+            ctx.ccl.all_to_all(out, inp, config=dataclasses.replace(SMALL, use_gluon=gluon))
             parts = _gather(inp)
             if two_d:
                 expected = torch.cat([p[:, rank * 5 : (rank + 1) * 5] for p in parts], dim=1)
@@ -346,9 +348,10 @@ def _all_to_all_body(rank, world_size, two_d):
         return results
 
 
+@pytest.mark.parametrize("gluon", [False, True], ids=["triton", "use_gluon"])
 @pytest.mark.parametrize("two_d", [True, False], ids=["columns", "flat"])
-def test_all_to_all_exchanges_blocks(world, two_d):
-    for results in world.run(_all_to_all_body, two_d):
+def test_all_to_all_exchanges_blocks(world, two_d, gluon):
+    for results in world.run(_all_to_all_body, two_d, gluon):
         assert all(results.values()), results
 
 

@@ -91,3 +91,21 @@ def test_upstreams_gluon_names_are_this_packages():
     from iris.device import context, gluon
 
     assert IrisDeviceCtx is gluon.IrisDeviceCtx and GluonDeviceTracing is context.DeviceTracing
+
+
+def _ccl_compiled() -> dict:
+    return json.loads(run_cuda_script("compile_gluon_ccl.py").strip().splitlines()[-1])
+
+
+@pytest.mark.codegen
+def test_the_gluon_collectives_compile_for_hopper_with_their_handshakes_and_vector_stores():
+    report = _ccl_compiled()
+    for name in ("all_gather", "all_to_all", "all_gather_small", "all_to_all_small"):
+        for variant in ("untraced", "traced"):
+            assert report[f"{name}/{variant}"]["atomics"] > 0, (name, variant)  # the handshakes
+    # Whole vectors, as the layouts promise (all-to-all's traced stores go element-wise, as in Triton).
+    assert (
+        report["all_gather/untraced"]["vector_stores"] > 0
+        and report["all_gather/traced"]["vector_stores"] > 0
+    )
+    assert report["all_to_all/untraced"]["vector_stores"] > 0

@@ -61,8 +61,13 @@ def prepare_process(name: str) -> None:
         _cuda_call_sites.install()
 
 
-def make_backend(name: str, cross_node: bool = False) -> Backend:
+def make_backend(name: str, cross_node: bool = False, allocator: str = "torch") -> Backend:
     """Instantiate the backend called ``name``; ``cross_node`` when device ops may reach other nodes.
+
+    ``allocator`` is upstream Iris's ``allocator_type``: ``"vmem"`` gives the CUDA backend a
+    virtual-memory heap that ``as_symmetric`` can map outside memory into
+    (:mod:`.cuda_vmm`), and the emulation backend its counterpart (:mod:`.emulated_vmm`);
+    across nodes (NVSHMEM) the heap is NVSHMEM's.
 
     Example:
         >>> make_backend("emulated").name
@@ -75,9 +80,17 @@ def make_backend(name: str, cross_node: bool = False) -> Backend:
             from .cuda_nvshmem import NvshmemBackend
 
             return NvshmemBackend()
+        if allocator == "vmem":
+            from .cuda_vmm import CudaVmmBackend
+
+            return CudaVmmBackend()
         from .cuda_ipc import CudaBackend
 
         return CudaBackend()
+    if allocator == "vmem":
+        from .emulated_vmm import EmulatedVmmBackend
+
+        return EmulatedVmmBackend()
     from .emulated import EmulatedBackend
 
     return EmulatedBackend()

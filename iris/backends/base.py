@@ -69,6 +69,17 @@ def names_device(requested: torch.device, device: torch.device) -> bool:
     return requested.index is None or requested.index == device.index
 
 
+def byte_interface(address: int, nbytes: int) -> dict:
+    """``nbytes`` of memory at ``address`` as the array interface that numpy and torch read
+    (``__array_interface__`` on the host, ``__cuda_array_interface__`` on GPUs).
+
+    Example:
+        >>> byte_interface(0x7F0000000000, 4096)["shape"]
+        (4096,)
+    """
+    return {"shape": (nbytes,), "typestr": "|u1", "data": (address, False), "version": 3, "strides": None}
+
+
 def describe_bytes(nbytes: int) -> str:
     """A byte count as a person reads it: ``1.5 GiB``, ``64 MiB``, ``512 bytes``.
 
@@ -229,6 +240,29 @@ class Backend(ABC):
 
     def after_all_mapped(self, allocation: Allocation) -> None:  # noqa: B027 - optional hook
         """Called once every peer has mapped this rank's heap."""
+
+    def share_handles(self, comm, allocation: Allocation) -> list[Any]:
+        """Every rank's :attr:`Allocation.handle` as this rank may pass it to :meth:`map_peer`, in
+        rank order (collective). The default gathers the handles as they are (picklable tokens).
+        """
+        return comm.all_gather_object(allocation.handle)
+
+    def import_window(self, nbytes: int) -> int:
+        """Bytes of address space kept after a heap of ``nbytes`` (every rank's, in every process)
+        for memory taken in from outside (``as_symmetric``): 0 where none can be taken in."""
+        return 0
+
+    def outside_memory(self, tensor: torch.Tensor) -> Any:
+        """What :meth:`take_in` needs of ``tensor``'s memory (``.span``: the window bytes it takes;
+        ``.alignment``: where it may start), or why it cannot be taken in (one line, a ``str``)."""
+        return f"the {self.name} backend cannot map memory allocated outside the symmetric heap into it"
+
+    def take_in(self, comm, allocation: Allocation, peers: dict[int, Any], outside: Any, offset: int, spans):
+        """Map every rank's outside memory at ``offset`` past the heap start, in its own heap and
+        in every peer's mapping of it (collective; ``peers``: rank -> :meth:`map_peer` token,
+        ``spans``: every rank's ``outside.span``); returns a flat ``uint8`` tensor over this
+        rank's memory at its new address."""
+        raise NotImplementedError(f"iris: the {self.name} backend takes no outside memory in")
 
     @abstractmethod
     def unmap_peer(self, token: Any) -> None:

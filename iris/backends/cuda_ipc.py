@@ -15,7 +15,7 @@ import torch
 
 from .. import _env
 from . import _cuda_call_sites, _cuda_topology
-from .base import Allocation, Backend, CopyLanes, describe_bytes
+from .base import Allocation, Backend, CopyLanes, byte_interface, describe_bytes
 
 
 def _runtime():
@@ -62,13 +62,7 @@ class _DeviceBuffer:
     """
 
     def __init__(self, address: int, nbytes: int, owned: bool = False):
-        self.__cuda_array_interface__ = {
-            "shape": (nbytes,),
-            "typestr": "|u1",
-            "data": (address, False),
-            "version": 3,
-            "strides": None,
-        }
+        self.__cuda_array_interface__ = byte_interface(address, nbytes)
         if owned:
             weakref.finalize(self, _free_device_memory, address)
 
@@ -257,6 +251,13 @@ class CudaBackend(Backend):
 
     def free(self, allocation: Allocation) -> None:
         pass  # the memory goes with the last tensor of it (_DeviceBuffer)
+
+    def outside_memory(self, tensor: torch.Tensor):
+        return (
+            "cannot map memory allocated outside the symmetric heap into it: this heap is one cudaMalloc "
+            "allocation; create the context with iris.iris(heap_size, allocator_type='vmem') to map outside "
+            "memory in, or copy it in: ctx.empty_like(tensor).copy_(tensor)"
+        )
 
     def host_visible_zeros(self, count: int, dtype: torch.dtype) -> tuple[torch.Tensor, int]:
         # Pinned memory is mapped into every GPU's address space; unlike a registered

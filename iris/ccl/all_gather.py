@@ -57,6 +57,10 @@ def all_gather(runtime, out, inp, group=None, config=None) -> PreparedLaunch:
         block = config.block_for(inp.element_size())
         grid = (runtime.programs(triton.cdiv(inp.numel(), block), config),)
         args = (out, inp, inp.numel(), *runtime.group_args(state), block)
+        if runtime.runs_gluon(config):
+            from .gluon.all_gather import all_gather_kernel as gluon_kernel
+
+            return gluon_kernel, grid, (*args, config.num_warps), config.num_warps
         return all_gather_kernel, grid, args, config.num_warps
 
     runtime.prepare(key, prepare)

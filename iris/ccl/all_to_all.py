@@ -104,6 +104,12 @@ def all_to_all(runtime, out, inp, group=None, config=None) -> PreparedLaunch:
         units = triton.cdiv(rows, block_m) * triton.cdiv(cols, block_n) * state.size
         grid = (runtime.programs(units, config),)
         args = (out, inp, rows, cols, in_stride, out_stride, *runtime.group_args(state), block_m, block_n)
+        if runtime.runs_gluon(config):
+            from .gluon.all_to_all import all_to_all_kernel as gluon_kernel
+            from .gluon.all_to_all import tile_layout
+
+            layout = (*tile_layout(block_n, inp.element_size()), config.num_warps)
+            return gluon_kernel, grid, (*args, *layout), config.num_warps
         return all_to_all_kernel, grid, args, config.num_warps
 
     runtime.prepare(key, prepare)

@@ -272,6 +272,16 @@ class Runtime:
         """The launch-cache key of a call (tracing on or off compiles different kernels)."""
         return (name, state.members, config.key(), self.ctx.tracing.enabled, *parts)
 
+    def runs_gluon(self, config) -> bool:
+        """Whether a direct-protocol launch takes its Gluon kernel (:mod:`iris.ccl.gluon`): where
+        ``config.use_gluon`` asks for it and the backend compiles kernels (the interpreter runs no Gluon).
+
+        Example:
+            >>> runtime.runs_gluon(Config(use_gluon=True))   # on GPUs
+            True
+        """
+        return config.use_gluon and not self.ctx.backend.interpreted
+
     def programs(self, tiles: int, config) -> int:
         """How many programs a launch over ``tiles`` tiles uses."""
         cap = min(config.comm_sms or self.max_programs, self.max_programs)

@@ -63,7 +63,7 @@ def _arrive(row, cur_rank, ranks, GROUP: tl.constexpr, heap_bases, HALVES: tl.co
     # wait for the previous peer's round trip before leaving.
     rma.fence()
     plain = tracing.untraced(heap_bases)
-    index = tl.zeros([], tl.int32)  # the next slot of the reservation
+    index = cur_rank * 0  # the next slot of the reservation (a run-time zero: Gluon kernels call this too)
     for i in tl.static_range(GROUP):
         peer = tl.load(ranks + i)
         if peer != cur_rank:
@@ -100,7 +100,7 @@ def wait_arrivals(
     if reservation is None:
         reservation = tracing.reserve_if_recording(heap_bases, GROUP - 1)
     plain = tracing.untraced(heap_bases)
-    index = tl.zeros([], tl.int32)  # the next slot of the reservation
+    index = cur_rank * 0  # the next slot of the reservation (a run-time zero: Gluon kernels call this too)
     for i in tl.static_range(GROUP):
         peer = tl.load(ranks + i)
         # Never spin on our own slot: its plain store may legally sink below the

@@ -77,8 +77,10 @@ class Iris:
 
     Args:
         heap_size (int): bytes of symmetric heap per rank. Default: 1 GiB.
-        allocator_type (str): accepted for Iris compatibility; ``"torch"`` and
-            ``"vmem"`` both use the backend's shareable allocation.
+        allocator_type (str): ``"torch"`` (default) or ``"vmem"``, as upstream Iris: on GPUs,
+            ``"vmem"`` makes the heap of CUDA virtual memory, with room after it into which
+            :meth:`as_symmetric` maps memory allocated outside the heap; elsewhere both are
+            the backend's one heap.
 
     Example:
         >>> import iris
@@ -100,13 +102,13 @@ class Iris:
             False  # at exit: iris.host.hang removes the files; the process frees the rest
         )
         try:
-            self._build(heap_size)
+            self._build(heap_size, allocator_type)
         except BaseException:
             self._finalizer()
             raise
 
-    def _build(self, heap_size: int) -> None:
-        self.backend = make_backend(config.BACKEND, cross_node=config.SCALE_OUT)
+    def _build(self, heap_size: int, allocator_type: str) -> None:
+        self.backend = make_backend(config.BACKEND, cross_node=config.SCALE_OUT, allocator=allocator_type)
         self._comm = init_distributed(self.backend.dist_backend)
         self.cur_rank = self._comm.rank
         kernel_artifacts.set_rank(self.cur_rank)
@@ -292,35 +294,43 @@ class Iris:
     def as_symmetric(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` as a symmetric-heap tensor that peers can reach.
 
-        A tensor already on the heap is returned as it is. Upstream Iris's ``vmem``
-        allocator can also map an outside tensor's memory into the heap; no backend
-        here can (the heap is one shareable allocation, mapped whole into every
-        peer), so an outside tensor raises ``RuntimeError``, as upstream's default
-        allocator does: allocate on the heap and copy instead.
+        A tensor already on the heap is returned as it is. A tensor allocated elsewhere is
+        mapped into the heap where the heap can take it in, as upstream Iris's ``vmem``
+        allocator does: the result shares the tensor's memory (writes through either are
+        seen by both) and lies at the same offset on every rank. That needs a context made
+        with ``allocator_type="vmem"`` on GPUs, and memory from CUDA's virtual-memory
+        calls, which PyTorch's expandable segments give
+        (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, set before CUDA starts);
+        anything else raises, saying why: copy instead, ``ctx.empty_like(t).copy_(t)``.
+        Collective for an outside tensor: every rank calls it, in the same order.
 
         Args:
-            tensor (torch.Tensor): the tensor to share.
+            tensor (torch.Tensor): the tensor to share, contiguous, on this rank's GPU.
 
         Returns:
-            torch.Tensor: ``tensor`` itself, when it lies on this rank's heap.
+            torch.Tensor: ``tensor`` itself, when it lies on this rank's heap; else a view of
+            its memory inside the heap, of its shape and dtype.
 
         Raises:
-            RuntimeError: ``tensor`` lies outside the heap.
+            RuntimeError: the memory cannot be mapped in (on every rank, naming the rank and why).
+            MemoryError: the room kept after the heap (as large as the heap) is used up.
 
         Example:
-            >>> weights = ctx.empty_like(model_weights).copy_(model_weights)
-            >>> ctx.as_symmetric(weights) is weights
+            >>> ctx = iris.iris(1 << 30, allocator_type="vmem")
+            >>> weights = torch.randn(4096, 4096, device="cuda")   # expandable segments on
+            >>> shared = ctx.as_symmetric(weights)
+            >>> ctx.as_symmetric(shared) is shared
             True
         """
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"iris: as_symmetric takes a torch.Tensor, got {type(tensor).__name__}")
         if self.heap.contains(tensor):
             return tensor
-        raise RuntimeError(
-            "iris: as_symmetric cannot map memory allocated outside the symmetric heap into it on "
-            f"the {config.BACKEND} backend; allocate on the heap and copy: "
-            "ctx.empty_like(tensor).copy_(tensor)"
-        )
+        flat = self.heap.take_in(self._comm, tensor)
+        # IRIS_DEBUG's pointer checks reach the memory taken in (and the reserved region before it).
+        self._device_context[layout.heap_size_slot(self.num_ranks)] = self.heap.addressable
+        self._iris_context[layout.heap_size_slot(self.num_ranks)] = self.heap.addressable
+        return flat.view(tensor.dtype).view(tensor.shape)
 
     @property
     def ops(self):

@@ -100,11 +100,15 @@ class SymmetricHeap:
         self._backend = backend
         session = comm.broadcast_object(uuid.uuid4().hex[:12] if comm.rank == 0 else None, src=0)
         self._peer_tokens = []
+        self._peer_token_of: dict[int, object] = {}
         self._allocation = None
+        #: Bytes of address space past the mapped heap for memory taken in by :meth:`take_in`.
+        self.window = backend.import_window(self.mapped_size)
+        self._next_import = 0
         self._closed = True  # until every peer is mapped: close() then gives back what was made
         try:
             self._allocation = backend.allocate(self.mapped_size, device, tag=f"{session}-rank{comm.rank}")
-            handles = comm.all_gather_object(self._allocation.handle)
+            handles = backend.share_handles(comm, self._allocation)
             bases = []
             for peer, handle in enumerate(handles):
                 if peer == comm.rank:
@@ -113,6 +117,7 @@ class SymmetricHeap:
                 address, token = backend.map_peer(handle, self.mapped_size, device)
                 bases.append(address)
                 self._peer_tokens.append(token)
+                self._peer_token_of[peer] = token
             comm.barrier()
             backend.after_all_mapped(self._allocation)
         except BaseException:
@@ -188,6 +193,15 @@ class SymmetricHeap:
             True
         """
         return self._backend.accepts_device(requested, self.device if heap_device is None else heap_device)
+
+    def get_base_address(self) -> int:
+        """Upstream Iris's allocator name for :attr:`base` (``ctx.heap.allocator.get_base_address()``).
+
+        Example:
+            >>> ctx.heap.allocator.get_base_address() == ctx.heap.base
+            True
+        """
+        return self.base
 
     def owns_tensor(self, tensor: torch.Tensor) -> bool:
         """Upstream Iris's allocator name for :meth:`contains` (``ctx.heap.allocator.owns_tensor``).
@@ -293,7 +307,52 @@ class SymmetricHeap:
         if not isinstance(tensor, torch.Tensor) or tensor.device != self._storage.device:
             return False
         start = _start_address(tensor)
-        return self.base <= start and start + _span_bytes(tensor) <= self.base + self.mapped_size
+        end = self.base + self.mapped_size + self._next_import
+        return self.base <= start and start + _span_bytes(tensor) <= end
+
+    @property
+    def addressable(self) -> int:
+        """Bytes from the heap base that tensors of the heap may occupy: the mapped heap and
+        what :meth:`take_in` has mapped after it."""
+        return self.mapped_size + self._next_import
+
+    def take_in(self, comm: Communicator, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor``'s own memory mapped into the heap, as a flat ``uint8`` tensor (collective).
+
+        Every rank calls it with its tensor, in the same order; each rank's memory lands at
+        one offset past the heap, the same on every rank, where peers reach it by the usual
+        translation. Upstream Iris's ``vmem`` allocator does this for ``as_symmetric``.
+
+        Raises:
+            RuntimeError: a rank's memory cannot be taken in (the message names the rank and why).
+            MemoryError: the window past the heap has no room left.
+
+        Example:
+            >>> shared = heap.take_in(comm, weights).view(weights.dtype).view(weights.shape)
+        """
+        if self._closed:
+            raise RuntimeError("iris: the symmetric heap was closed")
+        outside = self._backend.outside_memory(tensor)
+        problem = outside if isinstance(outside, str) else ""
+        if problem and not self.window:  # no heap of this kind takes anything in: no need to ask the others
+            raise RuntimeError(f"iris: as_symmetric: {problem}")
+        mine = (problem, 0, 1) if problem else (problem, outside.span, outside.alignment)
+        gathered = comm.all_gather_object(mine)
+        bad = next(((rank, text) for rank, (text, _, _) in enumerate(gathered) if text), None)
+        if bad is not None:
+            raise RuntimeError(f"iris: as_symmetric on rank {bad[0]}: {bad[1]}")
+        spans = [span for _, span, _ in gathered]
+        alignment = max(align for _, _, align in gathered)
+        start = -(-(self.mapped_size + self._next_import) // alignment) * alignment
+        left = self.mapped_size + self.window - start
+        if max(spans) > left:
+            raise MemoryError(
+                f"iris: as_symmetric needs {max(spans)} bytes past the heap and {max(left, 0)} of the "
+                f"{self.window} kept for outside memory are left"
+            )
+        # Taken before the mapping: a failure half way must not leave the range to be mapped twice.
+        self._next_import = start + max(spans) - self.mapped_size
+        return self._backend.take_in(comm, self._allocation, self._peer_token_of, outside, start, spans)
 
     def offset_of(self, tensor: torch.Tensor) -> int:
         """Byte offset of ``tensor``'s first element from the heap base."""
@@ -315,6 +374,7 @@ class SymmetricHeap:
 
     def _release(self) -> None:
         tokens, self._peer_tokens = self._peer_tokens, []
+        self._peer_token_of = {}
         for token in tokens:
             self._backend.unmap_peer(token)
         allocation, self._allocation = self._allocation, None

@@ -259,6 +259,18 @@ def test_upstream_platform_queries_and_do_bench():
         iris.do_bench(lambda: None, return_mode="p99")
 
 
+def _granularity_body(rank, world_size, allocator_type):
+    with iris.iris((1 << 20) + 5, allocator_type=allocator_type) as ctx:
+        granularity = iris.hip.get_allocation_granularity(ctx.gpu_id)
+        aligned = ctx.heap.allocator.aligned_heap_size
+        assert granularity >= 4096 and aligned % granularity == 0 and aligned >= (1 << 20) + 5
+
+
+@pytest.mark.parametrize("allocator_type", ["torch", "vmem"])
+def test_the_heap_is_a_whole_number_of_allocation_granules(world, allocator_type):
+    world.run(_granularity_body, allocator_type)
+
+
 @triton.jit
 def _timed_kernel(out):
     start = read_realtime()

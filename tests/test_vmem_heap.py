@@ -73,11 +73,12 @@ def test_the_default_heap_refuses_outside_memory_without_asking_the_other_ranks(
 
 
 def _take_in_body(rank, world_size):
-    with iris.iris(1 << 22, allocator_type="vmem") as ctx:
+    # A small tensor, then a larger one: on GPUs 48 MiB, spread over three of PyTorch's 20 MiB
+    # segments, all of which are mapped, so the window after the heap (the heap's size) needs 60.
+    heap_size, sizes = (1 << 27, (1000, 12 << 20)) if iris.BACKEND == "cuda" else (1 << 22, (1000, 20000))
+    with iris.iris(heap_size, allocator_type="vmem") as ctx:
         peer, device = (rank + 1) % world_size, ctx.get_device()
         kept = []
-        # A small tensor, then a larger one (on GPUs 48 MiB: several of PyTorch's 20 MiB segments).
-        sizes = (1000, 12 << 20) if iris.BACKEND == "cuda" else (1000, 20000)
         for index, numel in enumerate(sizes):
             outside = _shareable(numel, 100 * rank + index, device)
             shared = ctx.as_symmetric(outside)

@@ -7,6 +7,7 @@ map, how to map a peer's block, and what "the device" is. Everything above it
 
 from __future__ import annotations
 
+import mmap
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -229,6 +230,15 @@ class Backend(ABC):
         back fails at once with the room there is, not later with an allocator's error.
         """
         return ""
+
+    def allocation_granularity(self, device: torch.device) -> int:
+        """Bytes the heap's physical memory comes in: :meth:`allocate` rounds up to a multiple.
+
+        Example:
+            >>> backend.allocation_granularity(torch.device("cuda", 0))   # CUDA: 2 MiB pages
+            2097152
+        """
+        return mmap.PAGESIZE
 
     @abstractmethod
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:

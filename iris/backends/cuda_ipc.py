@@ -225,6 +225,9 @@ class CudaBackend(Backend):
             f"{describe_bytes(free)} of {describe_bytes(total)} free: lower heap_size"
         )
 
+    def allocation_granularity(self, device: torch.device) -> int:
+        return _PAGE
+
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
         runtime = _runtime()
         # Whole 2 MiB pages: the allocation is never sub-allocated, so its IPC handle

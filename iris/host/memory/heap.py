@@ -154,6 +154,18 @@ class SymmetricHeap:
         return self.size - self._next_offset
 
     @property
+    def aligned_heap_size(self) -> int:
+        """Bytes of physical memory behind this rank's heap (upstream's allocator name): the heap,
+        with Iris's reserved region, rounded up to the backend's allocation granularity.
+
+        Example:
+            >>> ctx.heap.allocator.aligned_heap_size % iris.hip.get_allocation_granularity() == 0
+            True
+        """
+        granularity = self._backend.allocation_granularity(self.device)
+        return -(-self.mapped_size // granularity) * granularity
+
+    @property
     def allocator(self) -> SymmetricHeap:
         """Upstream Iris's path to the heap's bump allocator (``ctx.heap.allocator.heap_offset``):
         the heap itself here.

@@ -2,8 +2,8 @@
 
 Upstream's ``iris.hip`` wraps the HIP runtime; its device queries carry over to any
 GPU and are here: device count and selection, SM (compute unit) count, the
-architecture string, the XCC count (1: NVIDIA GPUs are one die as far as kernels
-see), and the rate of :func:`iris.device.utils.read_realtime`'s clock. Upstream's
+architecture string, the allocation granularity, the XCC count (1: NVIDIA GPUs are
+one die as far as kernels see), and the rate of :func:`iris.device.utils.read_realtime`'s clock. Upstream's
 memory calls (IPC handles, dmabuf export and import, virtual-memory mapping) are
 its allocator's internals and have no counterpart here: the heap is mapped by the
 backend (``iris.backends``).
@@ -84,6 +84,17 @@ def get_arch_string(device_id: int | None = None) -> str:
         'sm_90'
     """
     return _backend().architecture(_device(device_id))
+
+
+def get_allocation_granularity(device_id: int | None = None) -> int:
+    """Bytes a heap's physical memory is allocated in on the device (2 MiB on NVIDIA GPUs; the
+    page size under emulation); ``ctx.heap.allocator.aligned_heap_size`` is a multiple of it.
+
+    Example:
+        >>> iris.hip.get_allocation_granularity()
+        2097152
+    """
+    return _backend().allocation_granularity(_device(device_id))
 
 
 def get_num_xcc(device_id: int | None = None) -> int:

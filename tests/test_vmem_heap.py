@@ -1,6 +1,9 @@
 """``allocator_type="vmem"``: a heap with room after it, into which ``as_symmetric`` maps memory
 allocated outside it (``iris/backends/cuda_vmm.py`` on GPUs, ``emulated_vmm.py`` under emulation)."""
 
+import gc
+import weakref
+
 import pytest
 import torch
 import triton
@@ -79,6 +82,8 @@ def _take_in_body(rank, world_size):
     with iris.iris(heap_size, allocator_type="vmem") as ctx:
         peer, device = (rank + 1) % world_size, ctx.get_device()
         kept = []
+        # ``outside`` is dropped when the loop moves on: the heap keeps its memory from being
+        # handed out again by PyTorch, or the last check below reads whatever reused it.
         for index, numel in enumerate(sizes):
             outside = _shareable(numel, 100 * rank + index, device)
             shared = ctx.as_symmetric(outside)
@@ -94,6 +99,24 @@ def _take_in_body(rank, world_size):
             assert torch.equal(_read_peer(ctx, shared, peer), expected)
         # The first tensor taken in is still reached after the second.
         assert torch.equal(_read_peer(ctx, kept[0], peer)[:10].cpu(), torch.full((10,), float(peer)))
+
+
+def _kept_alive_body(rank, world_size):
+    ctx = iris.iris(1 << 22, allocator_type="vmem")
+    outside = _shareable(1000, rank, ctx.get_device())
+    original = weakref.ref(outside)
+    ctx.as_symmetric(outside)
+    del outside
+    gc.collect()
+    assert original() is not None  # held by the heap while it lives
+    ctx.barrier()
+    ctx.close()
+    gc.collect()
+    assert original() is None
+
+
+def test_the_heap_keeps_a_tensor_taken_in_alive_until_it_closes():
+    get_pool(2, **SHAREABLE).run(_kept_alive_body)
 
 
 @pytest.mark.parametrize("debug", ["0", "1"], ids=["plain", "IRIS_DEBUG"])

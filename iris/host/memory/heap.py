@@ -105,6 +105,9 @@ class SymmetricHeap:
         #: Bytes of address space past the mapped heap for memory taken in by :meth:`take_in`.
         self.window = backend.import_window(self.mapped_size)
         self._next_import = 0
+        # The tensors taken in: while the heap lives their memory must not go back to their
+        # allocator, which would hand it out again under the peers' reach.
+        self._taken_in: list[torch.Tensor] = []
         self._closed = True  # until every peer is mapped: close() then gives back what was made
         try:
             self._allocation = backend.allocate(self.mapped_size, device, tag=f"{session}-rank{comm.rank}")
@@ -333,7 +336,9 @@ class SymmetricHeap:
 
         Every rank calls it with its tensor, in the same order; each rank's memory lands at
         one offset past the heap, the same on every rank, where peers reach it by the usual
-        translation. Upstream Iris's ``vmem`` allocator does this for ``as_symmetric``.
+        translation. Upstream Iris's ``vmem`` allocator does this for ``as_symmetric``. The heap
+        keeps ``tensor`` alive until it closes, so its allocator cannot hand the memory out again
+        while peers reach it.
 
         Raises:
             RuntimeError: a rank's memory cannot be taken in (the message names the rank and why).
@@ -364,7 +369,9 @@ class SymmetricHeap:
             )
         # Taken before the mapping: a failure half way must not leave the range to be mapped twice.
         self._next_import = start + max(spans) - self.mapped_size
-        return self._backend.take_in(comm, self._allocation, self._peer_token_of, outside, start, spans)
+        taken = self._backend.take_in(comm, self._allocation, self._peer_token_of, outside, start, spans)
+        self._taken_in.append(tensor)
+        return taken
 
     def offset_of(self, tensor: torch.Tensor) -> int:
         """Byte offset of ``tensor``'s first element from the heap base."""
@@ -385,6 +392,7 @@ class SymmetricHeap:
         self._storage = None
 
     def _release(self) -> None:
+        self._taken_in = []
         tokens, self._peer_tokens = self._peer_tokens, []
         self._peer_token_of = {}
         for token in tokens:

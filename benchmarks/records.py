@@ -574,9 +574,11 @@ UPSTREAM_KEPT = (
 def keep_upstream(runs: list[dict], device: str, upstream: str, packages: list[str] = ()) -> dict:
     """A file of record from runs of ``scripts/upstream_tests.py`` (their results JSON, as loaded).
 
-    Each run keeps its command, this package's commit (from ``packages``, one for all runs or
-    one per run, where the run has none: runs older than the runner's ``package`` field) and
-    its results, cut to :data:`UPSTREAM_KEPT`.
+    Each run keeps its command, this package's commit and its results, cut to
+    :data:`UPSTREAM_KEPT`. The commit is the run's own, unless the run has none (runs older
+    than the runner's ``package`` field) or says ``<commit>+``: its tree had changes, as a GPU
+    machine's copy of a working tree newer than the commit it knows. Those take it from
+    ``packages``, one for all runs or one per run.
 
     Example:
         >>> runs = [json.load(open(path)) for path in ("out/a.json", "out/b.json")]
@@ -588,9 +590,12 @@ def keep_upstream(runs: list[dict], device: str, upstream: str, packages: list[s
         )
     kept = []
     for index, run in enumerate(runs):
-        commit = run.get("package") or (packages[index % len(packages)] if packages else None)
-        if commit is None:
-            raise ValueError("records: a run has no package commit: give --package")
+        commit = run.get("package")
+        if not commit or commit.endswith("+"):
+            if not packages:
+                said = f"its tree had changes from {commit[:-1]}" if commit else "no package commit"
+                raise ValueError(f"records: a run has {said}: give --package")
+            commit = packages[index % len(packages)]
         results = [{k: r[k] for k in UPSTREAM_KEPT if k in r} for r in run["results"]]
         for result in results:
             if "failures" in result:  # "path::test[id] Assert...": the test's name alone
@@ -719,7 +724,8 @@ def main(argv: list[str] | None = None) -> int:
         "--package",
         nargs="+",
         default=[],
-        help="with --keep: this package's commit (one, or one per run) for runs that do not say",
+        help="with --keep: this package's commit (one, or one per run) for runs that do not say "
+        "or say <commit>+ (a tree with changes)",
     )
     options = parser.parse_args(argv)
     if options.keep:

@@ -55,6 +55,14 @@ def test_a_run_that_does_not_name_its_package_needs_one():
     assert records.keep_upstream([named], "2 x H200", "abd3f2ad")["runs"][0]["package"] == "ed13515"
 
 
+def test_a_run_of_a_changed_tree_takes_the_commit_given():
+    changed = {**TESTS_RUN, "package": "76ec333+"}  # a GPU machine's copy of a newer working tree
+    with pytest.raises(ValueError, match="had changes from 76ec333: give --package"):
+        records.keep_upstream([changed], "2 x H200", "abd3f2ad")
+    kept = records.keep_upstream([changed, {**TESTS_RUN, "package": "ed13515"}], "x", "y", ["aaf96a1", "z"])
+    assert [run["package"] for run in kept["runs"]] == ["aaf96a1", "ed13515"]
+
+
 def _kept(kind_results, package="be44ef0", device="2 x H200"):
     run = {"command": "python scripts/upstream_tests.py up", "vendor_changes": 61, "results": kind_results}
     return {**records.keep_upstream([run], device, "abd3f2ad", [package]), "file": f"{device}.json"}

@@ -58,6 +58,7 @@ def test_examples_are_numbered_as_documented():
         "16_torch_profiler.py",
         "17_protocol_checks.py",
         "18_gluon.py",
+        "19_as_symmetric.py",
     ]
 
 
@@ -124,9 +125,18 @@ def _runs_here(name: str):
     return pytest.param(name, marks=skip) if name in GPU_ONLY else name
 
 
+#: What an example needs set before CUDA starts, which the test pools' processes have started:
+#: PyTorch's expandable segments for as_symmetric on GPUs (19 sets it itself when launched).
+POOL_ENVIRONMENT = (
+    {"19_as_symmetric.py": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}}
+    if iris.BACKEND == "cuda"
+    else {}
+)
+
+
 @pytest.mark.parametrize("name", [_runs_here(name) for name in EXAMPLES if not name.startswith("13_")])
 def test_example_verifies_itself(name, tmp_path):
-    verify_example(name, tmp_path, small_world_pool())
+    verify_example(name, tmp_path, small_world_pool(**POOL_ENVIRONMENT.get(name, {})))
     _check_traces_are_clean(tmp_path)
 
 

@@ -137,6 +137,23 @@ def test_a_cross_node_store_lands_when_the_writer_completes_its_writes():
     _pool(2, 1).run(_completion_body)
 
 
+def _vmem_across_nodes_body(rank, world_size):
+    with iris.iris(1 << 20, allocator_type="vmem") as ctx:
+        outside = torch.zeros(8, device=ctx.get_device())
+        if ctx.get_device().type == "cpu":
+            outside.share_memory_()  # what a vmem heap within one node would take in
+        if rank == 0:  # the others do not call: nothing is asked of them
+            with pytest.raises(RuntimeError, match="allocator_type='vmem'") as caught:
+                ctx.as_symmetric(outside)
+            assert "\n" not in str(caught.value) and "within one node" in str(caught.value)
+        ctx.barrier()
+
+
+def test_as_symmetric_of_outside_memory_across_nodes_is_refused_in_one_line():
+    # allocator_type="vmem" maps outside memory within one node; across nodes it cannot.
+    _pool(2, 1).run(_vmem_across_nodes_body)
+
+
 @triton.jit
 def _ping_kernel(data, flag, rounds, cur_rank, peer, heap_bases, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
@@ -248,10 +265,10 @@ def test_a_hang_across_nodes_names_the_culprits_node():
 
 #: Every example but the four GEMM + all-scatter styles (09-12: example 13 runs their kernel
 #: across nodes already, and each takes minutes under the interpreter), copy-engine puts
-#: (14: copy engines reach only the GPUs of one node) and Gluon (18: GPUs only, which these
-#: emulated nodes are not).
+#: (14: copy engines reach only the GPUs of one node), Gluon (18: GPUs only, which these
+#: emulated nodes are not) and as_symmetric (19: it maps outside memory within one node).
 CROSS_NODE_EXAMPLES = [
-    name for name in EXAMPLES if not name.startswith(("09_", "10_", "11_", "12_", "14_", "18_"))
+    name for name in EXAMPLES if not name.startswith(("09_", "10_", "11_", "12_", "14_", "18_", "19_"))
 ]
 
 

@@ -66,8 +66,9 @@ def make_backend(name: str, cross_node: bool = False, allocator: str = "torch") 
 
     ``allocator`` is upstream Iris's ``allocator_type``: ``"vmem"`` gives the CUDA backend a
     virtual-memory heap that ``as_symmetric`` can map outside memory into
-    (:mod:`.cuda_vmm`), and the emulation backend its counterpart (:mod:`.emulated_vmm`);
-    across nodes (NVSHMEM) the heap is NVSHMEM's.
+    (:mod:`.cuda_vmm`), and the emulation backend its counterpart (:mod:`.emulated_vmm`),
+    within one node: across nodes the heap is NVSHMEM's on GPUs (and the plain one under
+    emulation, which behaves as they do), and takes no outside memory in.
 
     Example:
         >>> make_backend("emulated").name
@@ -87,7 +88,7 @@ def make_backend(name: str, cross_node: bool = False, allocator: str = "torch") 
         from .cuda_ipc import CudaBackend
 
         return CudaBackend()
-    if allocator == "vmem":
+    if allocator == "vmem" and not cross_node:
         from .emulated_vmm import EmulatedVmmBackend
 
         return EmulatedVmmBackend()

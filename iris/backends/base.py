@@ -81,6 +81,20 @@ def byte_interface(address: int, nbytes: int) -> dict:
     return {"shape": (nbytes,), "typestr": "|u1", "data": (address, False), "version": 3, "strides": None}
 
 
+def outside_memory_refused(why: str) -> str:
+    """Why a heap that maps nothing after it refuses ``as_symmetric`` of outside memory, and the ways out.
+
+    Example:
+        >>> outside_memory_refused("this heap is one cudaMalloc allocation")
+        "cannot map memory allocated outside the symmetric heap into it: this heap is one ..."
+    """
+    return (
+        f"cannot map memory allocated outside the symmetric heap into it: {why}; within one node, create "
+        "the context with iris.iris(heap_size, allocator_type='vmem') to map such memory in, or copy it "
+        "in: ctx.empty_like(tensor).copy_(tensor)"
+    )
+
+
 def describe_bytes(nbytes: int) -> str:
     """A byte count as a person reads it: ``1.5 GiB``, ``64 MiB``, ``512 bytes``.
 
@@ -265,7 +279,7 @@ class Backend(ABC):
     def outside_memory(self, tensor: torch.Tensor) -> Any:
         """What :meth:`take_in` needs of ``tensor``'s memory (``.span``: the window bytes it takes;
         ``.alignment``: where it may start), or why it cannot be taken in (one line, a ``str``)."""
-        return f"the {self.name} backend cannot map memory allocated outside the symmetric heap into it"
+        return outside_memory_refused("this heap is one shareable allocation")
 
     def take_in(self, comm, allocation: Allocation, peers: dict[int, Any], outside: Any, offset: int, spans):
         """Map every rank's outside memory at ``offset`` past the heap start, in its own heap and

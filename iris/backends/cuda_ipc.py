@@ -15,7 +15,7 @@ import torch
 
 from .. import _env
 from . import _cuda_call_sites, _cuda_topology
-from .base import Allocation, Backend, CopyLanes, byte_interface, describe_bytes
+from .base import Allocation, Backend, CopyLanes, byte_interface, describe_bytes, outside_memory_refused
 
 
 def _runtime():
@@ -256,11 +256,7 @@ class CudaBackend(Backend):
         pass  # the memory goes with the last tensor of it (_DeviceBuffer)
 
     def outside_memory(self, tensor: torch.Tensor):
-        return (
-            "cannot map memory allocated outside the symmetric heap into it: this heap is one cudaMalloc "
-            "allocation; create the context with iris.iris(heap_size, allocator_type='vmem') to map outside "
-            "memory in, or copy it in: ctx.empty_like(tensor).copy_(tensor)"
-        )
+        return outside_memory_refused("this heap is one cudaMalloc allocation")
 
     def host_visible_zeros(self, count: int, dtype: torch.dtype) -> tuple[torch.Tensor, int]:
         # Pinned memory is mapped into every GPU's address space; unlike a registered

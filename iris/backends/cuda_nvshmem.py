@@ -32,7 +32,7 @@ import os
 import torch
 
 from .. import _env
-from .base import Allocation
+from .base import Allocation, outside_memory_refused
 from .cuda_ipc import _PAGE, CudaBackend
 
 #: Iris's calls into NVSHMEM (LLVM IR), linked before NVSHMEM's own library.
@@ -98,6 +98,9 @@ class NvshmemBackend(CudaBackend):
 
     def check_nodes(self, num_nodes: int) -> None:
         pass  # other nodes are reached through NVSHMEM
+
+    def outside_memory(self, tensor: torch.Tensor):
+        return outside_memory_refused("across nodes the heap is NVSHMEM's, which maps nothing else")
 
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
         if self.shares_devices(_env.local_world_size()):

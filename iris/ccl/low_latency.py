@@ -130,26 +130,14 @@ def _at(w, cols, stride, ROWS: tl.constexpr):
 
 @triton.jit(do_not_specialize=RANK_ARGS)
 def low_latency_kernel(
-    out,
-    inp,
-    words,
-    cols,
-    in_stride,
-    out_stride,
+    out, inp, words,
+    cols, in_stride, out_stride,
     ranks,
-    my_index,
-    cur_rank,
-    heap_bases,
-    GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    OP: tl.constexpr,
-    slots,
-    slot_words,
-    calls,
-    SCATTER: tl.constexpr,
-    REDUCE: tl.constexpr,
-    ROWS: tl.constexpr,
-):
+    my_index, cur_rank, heap_bases,
+    GROUP: tl.constexpr, BLOCK: tl.constexpr, OP: tl.constexpr,
+    slots, slot_words, calls,
+    SCATTER: tl.constexpr, REDUCE: tl.constexpr, ROWS: tl.constexpr,
+):  # fmt: skip
     """One low-latency collective over ``words`` payload words per member (see the module doc).
 
     Example:

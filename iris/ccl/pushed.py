@@ -80,19 +80,13 @@ def _raise_on_members(row, value, cur_rank, ranks, my_index, GROUP: tl.constexpr
 
 @triton.jit(do_not_specialize=RANK_ARGS)
 def pushed_kernel(
-    out,
-    inp,
+    out, inp,
     n,
-    group,
-    my_index,
-    cur_rank,
-    GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    OP: tl.constexpr,
+    group, my_index, cur_rank,
+    GROUP: tl.constexpr, BLOCK: tl.constexpr, OP: tl.constexpr,
     slots,
-    MODE: tl.constexpr,
-    ROUND: tl.constexpr,
-):
+    MODE: tl.constexpr, ROUND: tl.constexpr,
+):  # fmt: skip
     """One pushed ``all_reduce`` (``n`` elements) or ``reduce_scatter`` (``n`` output elements per member).
 
     ``slots`` holds ``[max_programs, 2, ROUND, GROUP - 1, BLOCK]`` elements on every

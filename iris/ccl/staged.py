@@ -36,21 +36,14 @@ MODES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
 @triton.jit(do_not_specialize=RANK_ARGS)
 def staged_kernel(
-    out,
-    inp,
+    out, inp,
     n,
     src_index,
-    group,
-    my_index,
-    cur_rank,
-    GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
-    OP: tl.constexpr,
-    staging,
-    calls,
-    half,
+    group, my_index, cur_rank,
+    GROUP: tl.constexpr, BLOCK: tl.constexpr, OP: tl.constexpr,
+    staging, calls, half,
     MODE: tl.constexpr,
-):
+):  # fmt: skip
     """One staged collective over ``n`` output elements per member (see the module doc).
 
     ``inp`` holds ``GROUP * n`` elements for ``reduce_scatter``, ``n`` otherwise;

@@ -54,22 +54,12 @@ def owned_tile(k, my_index, tiles, GROUP: tl.constexpr, CONTIGUOUS: tl.constexpr
 
 @triton.jit(do_not_specialize=ccl.RANK_ARGS)
 def tile_reduce_scatter_kernel(
-    out,
-    inp,
-    rows,
-    cols,
-    in_stride,
-    out_stride,
-    group,
-    my_index,
-    cur_rank,
-    GROUP: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    SWIZZLE_M: tl.constexpr,
-    CONTIGUOUS: tl.constexpr,
-    OP: tl.constexpr,
-):
+    out, inp,
+    rows, cols, in_stride, out_stride,
+    group, my_index, cur_rank,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SWIZZLE_M: tl.constexpr,
+    CONTIGUOUS: tl.constexpr, OP: tl.constexpr,
+):  # fmt: skip
     flags, ranks, world_size, max_programs, heap_bases = group
     pid = tl.program_id(0)
     ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)

@@ -254,19 +254,9 @@ def enabled(heap_bases):
 
 @triton.jit
 def end(
-    heap_bases,
-    start,
-    event: tl.constexpr,
-    target_rank,
-    ptr,
-    mask=None,
-    value=0,
-    pid_m=-1,
-    pid_n=-1,
-    path=0,
-    stop=None,
-    sub: tl.constexpr = 0,
-):
+    heap_bases, start, event: tl.constexpr, target_rank, ptr,
+    mask=None, value=0, pid_m=-1, pid_n=-1, path=0, stop=None, sub: tl.constexpr = 0,
+):  # fmt: skip
     """Record one event that began at ``start`` from :func:`begin` (nothing when compiled out,
     when ``start`` is -1 because tracing was disabled, or when ``mask`` leaves no lane of
     a block op active). ``path`` says how the op reached its target (``PATH_MAPPED`` or
@@ -286,19 +276,9 @@ def end(
 
 @triton.jit
 def record(
-    heap_bases,
-    start,
-    event: tl.constexpr,
-    target_rank,
-    ptr,
-    mask=None,
-    value=0,
-    pid_m=-1,
-    pid_n=-1,
-    path=0,
-    stop=None,
-    sub: tl.constexpr = 0,
-):
+    heap_bases, start, event: tl.constexpr, target_rank, ptr,
+    mask=None, value=0, pid_m=-1, pid_n=-1, path=0, stop=None, sub: tl.constexpr = 0,
+):  # fmt: skip
     """:func:`end` for a caller that has checked :func:`compiled_in` and :func:`enabled` itself.
 
     The event ends at ``stop`` (default: now). Returns the record's index in the buffer

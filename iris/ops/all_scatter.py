@@ -95,21 +95,12 @@ def wait_for_peers(entry, epoch, cur_rank, world_size, heap_bases):
 
 @triton.jit
 def push_tile(
-    out_block,
-    pid_m,
-    pid_n,
-    rows,
-    cols,
-    stride_m,
-    stride_n,
-    cur_rank,
-    world_size,
-    heap_bases,
+    out_block, pid_m, pid_n,
+    rows, cols, stride_m, stride_n,
+    cur_rank, world_size, heap_bases,
     before,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    COMM_ROWS: tl.constexpr,
-):
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COMM_ROWS: tl.constexpr,
+):  # fmt: skip
     """Copy tile ``(pid_m, pid_n)`` of the local ``out_block`` to the same place on every peer.
 
     Rows go ``COMM_ROWS`` at a time: one load, then a store per peer, so a whole tile
@@ -168,20 +159,11 @@ def push_tile(
 
 @triton.jit
 def all_scatter_kernel(
-    out_block,
-    entry,
-    epoch_ptr,
-    rows,
-    cols,
-    stride_m,
-    stride_n,
-    cur_rank,
-    world_size,
-    heap_bases,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    COMM_ROWS: tl.constexpr,
-):
+    out_block, entry, epoch_ptr,
+    rows, cols, stride_m, stride_n,
+    cur_rank, world_size, heap_bases,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COMM_ROWS: tl.constexpr,
+):  # fmt: skip
     """The communication kernel of the bulk-synchronous style: push the whole local block.
 
     Example:
@@ -196,48 +178,19 @@ def all_scatter_kernel(
     total = tl.cdiv(rows, BLOCK_M) * num_pid_n
     for tile_id in range(tl.program_id(0), total, tl.num_programs(0)):
         push_tile(
-            out_block,
-            tile_id // num_pid_n,
-            tile_id % num_pid_n,
-            rows,
-            cols,
-            stride_m,
-            stride_n,
-            cur_rank,
-            world_size,
-            heap_bases,
-            0,
-            BLOCK_M,
-            BLOCK_N,
-            COMM_ROWS,
-        )
+            out_block, tile_id // num_pid_n, tile_id % num_pid_n, rows, cols, stride_m, stride_n, cur_rank,
+            world_size, heap_bases, 0, BLOCK_M, BLOCK_N, COMM_ROWS,
+        )  # fmt: skip
 
 
 @triton.jit
 def fused_sequential_kernel(
-    a,
-    b,
-    out_block,
-    entry,
-    epoch_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
-    cur_rank,
-    world_size,
-    heap_bases,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
+    a, b, out_block, entry, epoch_ptr,
+    M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    cur_rank, world_size, heap_bases,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr,
-):
+):  # fmt: skip
     """Persistent GEMM whose programs store every finished tile to every rank themselves.
 
     Example:
@@ -252,23 +205,9 @@ def fused_sequential_kernel(
     for tile_id in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = traced_tile_gemm(
-            a,
-            b,
-            pid_m,
-            pid_n,
-            M,
-            N,
-            K,
-            stride_am,
-            stride_ak,
-            stride_bk,
-            stride_bn,
-            heap_bases,
-            BLOCK_M,
-            BLOCK_N,
-            BLOCK_K,
-            EVEN_K,
-        )
+            a, b, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, heap_bases, BLOCK_M,
+            BLOCK_N, BLOCK_K, EVEN_K,
+        )  # fmt: skip
         tile = acc.to(out_block.dtype.element_ty)
         offsets, mask = tile_offsets(pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
         tl.store(out_block + offsets, tile, mask=mask)
@@ -311,22 +250,12 @@ def unit_coords(unit, split_from, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 @triton.jit
 def push_unit(
-    out_block,
-    pid_m,
-    pid_n,
-    half,
-    M,
-    N,
-    stride_cm,
-    stride_cn,
-    cur_rank,
-    world_size,
-    heap_bases,
+    out_block, pid_m, pid_n, half,
+    M, N, stride_cm, stride_cn,
+    cur_rank, world_size, heap_bases,
     before,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    COMM_ROWS: tl.constexpr,
-):
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COMM_ROWS: tl.constexpr,
+):  # fmt: skip
     """:func:`push_tile` for tile ``(pid_m, pid_n)`` whole (``half < 0``) or its half ``half`` only.
 
     Returns push_tile's trace reservation (``before`` slots ahead of the push's own).
@@ -422,26 +351,12 @@ def record_unit_wait(heap_bases, reservation, began, ended, seen, flags, unit, c
 
 @triton.jit
 def push_claimed_tiles(
-    out_block,
-    flags,
-    tickets,
-    computed,
-    pid,
-    gemm_programs,
-    split_from,
-    M,
-    N,
-    stride_cm,
-    stride_cn,
-    cur_rank,
-    world_size,
-    heap_bases,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    COMM_ROWS: tl.constexpr,
+    out_block, flags, tickets, computed, pid, gemm_programs, split_from,
+    M, N, stride_cm, stride_cn,
+    cur_rank, world_size, heap_bases,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, COMM_ROWS: tl.constexpr,
     BACKOFF_NS: tl.constexpr = 0,
-):
+):  # fmt: skip
     """Take work units from the ticket counter, in the GEMM's finishing order; push those this program claims.
 
     Unit ``u`` (a tile or half of one, :func:`unit_tile`) is computed by GEMM program
@@ -478,24 +393,11 @@ def push_claimed_tiles(
 
 @triton.jit
 def sweep_passed_tiles(
-    out_block,
-    flags,
-    computed,
-    first,
-    step,
-    split_from,
-    M,
-    N,
-    stride_cm,
-    stride_cn,
-    cur_rank,
-    world_size,
-    heap_bases,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    COMM_ROWS: tl.constexpr,
-):
+    out_block, flags, computed, first, step, split_from,
+    M, N, stride_cm, stride_cn,
+    cur_rank, world_size, heap_bases,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, COMM_ROWS: tl.constexpr,
+):  # fmt: skip
     """Wait for, claim and push every unit ``first, first + step, ...`` that nobody has claimed yet.
 
     Flags are read 64 at a time, so a share with nothing left costs one load per 64 units.
@@ -528,31 +430,12 @@ def sweep_passed_tiles(
 
 @triton.jit
 def produce_tiles(
-    a,
-    b,
-    out_block,
-    flags,
-    computed,
-    first,
-    step,
-    split_from,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
-    cur_rank,
-    heap_bases,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
+    a, b, out_block, flags, computed, first, step, split_from,
+    M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    cur_rank, heap_bases,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr,
-):
+):  # fmt: skip
     """Compute work units ``first, first + step, ...`` into the local ``out_block``; flag each ``computed``.
 
     Units below ``split_from`` are whole tiles, the rest halves (:func:`unit_tile`);
@@ -632,36 +515,13 @@ def signal_unit(flags, unit, computed, cur_rank, heap_bases, pid_m, pid_n):
 
 @triton.jit
 def workgroup_specialized_kernel(
-    a,
-    b,
-    out_block,
-    flags,
-    tickets,
-    entry,
-    epoch_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
-    cur_rank,
-    world_size,
-    heap_bases,
-    GEMM_PROGRAMS,
-    SPLIT_FROM,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    COMM_ROWS: tl.constexpr,
-    ROLE: tl.constexpr,
-    BACKOFF_NS: tl.constexpr = 0,
-):
+    a, b, out_block, flags, tickets, entry, epoch_ptr,
+    M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    cur_rank, world_size, heap_bases,
+    GEMM_PROGRAMS, SPLIT_FROM,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr, COMM_ROWS: tl.constexpr, ROLE: tl.constexpr, BACKOFF_NS: tl.constexpr = 0,
+):  # fmt: skip
     """GEMM programs store tiles locally and raise per-tile flags; communication programs push them.
 
     ``ROLE=BOTH``: programs ``[0, GEMM_PROGRAMS)`` compute, then help push; the others
@@ -702,75 +562,22 @@ def workgroup_specialized_kernel(
             announce_entry(entry, epoch, cur_rank, world_size, heap_bases)
         if pid < gemm_programs:
             produce_tiles(
-                a,
-                b,
-                out_block,
-                flags,
-                computed,
-                pid,
-                gemm_programs,
-                SPLIT_FROM,
-                M,
-                N,
-                K,
-                stride_am,
-                stride_ak,
-                stride_bk,
-                stride_bn,
-                stride_cm,
-                stride_cn,
-                cur_rank,
-                heap_bases,
-                BLOCK_M,
-                BLOCK_N,
-                BLOCK_K,
-                GROUP_M,
-                EVEN_K,
-            )
+                a, b, out_block, flags, computed, pid, gemm_programs, SPLIT_FROM, M, N, K, stride_am,
+                stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, cur_rank, heap_bases, BLOCK_M, BLOCK_N,
+                BLOCK_K, GROUP_M, EVEN_K,
+            )  # fmt: skip
     if ROLE != PRODUCER:
         wait_for_peers(entry, epoch, cur_rank, world_size, heap_bases)
         push_claimed_tiles(
-            out_block,
-            flags,
-            tickets,
-            computed,
-            pid,
-            gemm_programs,
-            SPLIT_FROM,
-            M,
-            N,
-            stride_cm,
-            stride_cn,
-            cur_rank,
-            world_size,
-            heap_bases,
-            BLOCK_M,
-            BLOCK_N,
-            GROUP_M,
-            COMM_ROWS,
-            BACKOFF_NS,
-        )
+            out_block, flags, tickets, computed, pid, gemm_programs, SPLIT_FROM, M, N, stride_cm, stride_cn,
+            cur_rank, world_size, heap_bases, BLOCK_M, BLOCK_N, GROUP_M, COMM_ROWS, BACKOFF_NS,
+        )  # fmt: skip
         if pid >= gemm_programs:
             comm_programs = tl.num_programs(0) - gemm_programs
             sweep_passed_tiles(
-                out_block,
-                flags,
-                computed,
-                pid - gemm_programs,
-                comm_programs,
-                SPLIT_FROM,
-                M,
-                N,
-                stride_cm,
-                stride_cn,
-                cur_rank,
-                world_size,
-                heap_bases,
-                BLOCK_M,
-                BLOCK_N,
-                GROUP_M,
-                COMM_ROWS,
-            )
+                out_block, flags, computed, pid - gemm_programs, comm_programs, SPLIT_FROM, M, N, stride_cm,
+                stride_cn, cur_rank, world_size, heap_bases, BLOCK_M, BLOCK_N, GROUP_M, COMM_ROWS,
+            )  # fmt: skip
         if tl.atomic_add(tickets + 1, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1:
             tl.store(tickets, 0)
             tl.store(tickets + 1, 0)

@@ -24,33 +24,13 @@ from .gemm import tile_coords, tile_offsets, traced_tile_gemm
 
 @triton.jit
 def all_gather_matmul_kernel(
-    a_shard,
-    gathered,
-    b,
-    out,
-    flags,
-    epoch_ptr,
-    rows,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
-    cur_rank,
-    world_size,
-    heap_bases,
-    COMM_PROGRAMS,
-    PARTS,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    COMM_K: tl.constexpr,
-):
+    a_shard, gathered, b, out, flags, epoch_ptr,
+    rows, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    cur_rank, world_size, heap_bases,
+    COMM_PROGRAMS, PARTS,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr, COMM_K: tl.constexpr,
+):  # fmt: skip
     """``out = all_gather(a_shard) @ b``; ``a_shard`` and ``gathered`` share strides.
 
     Example:
@@ -109,22 +89,8 @@ def all_gather_matmul_kernel(
                     )
                 a_rows = gathered + source * rows * stride_am
             acc = traced_tile_gemm(
-                a_rows,
-                b,
-                pid_m,
-                pid_n,
-                rows,
-                N,
-                K,
-                stride_am,
-                stride_ak,
-                stride_bk,
-                stride_bn,
-                heap_bases,
-                BLOCK_M,
-                BLOCK_N,
-                BLOCK_K,
-                EVEN_K,
-            )
+                a_rows, b, pid_m, pid_n, rows, N, K, stride_am, stride_ak, stride_bk, stride_bn, heap_bases,
+                BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
+            )  # fmt: skip
             offsets, mask = tile_offsets(pid_m, pid_n, rows, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
             tl.store(out + source * rows * stride_cm + offsets, acc.to(out.dtype.element_ty), mask=mask)

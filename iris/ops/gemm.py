@@ -35,26 +35,12 @@ SCOPE_REDUCE: tl.constexpr = tl.constexpr(9)
 
 @triton.jit
 def tile_gemm(
-    a,
-    b,
-    pid_m,
-    pid_n,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    acc=None,
-    a_rank=None,
-    cur_rank=None,
-    heap_bases=None,
-):
+    a, b, pid_m, pid_n,
+    M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+    acc=None, a_rank=None,
+    cur_rank=None, heap_bases=None,
+):  # fmt: skip
     """fp32 accumulator of tile ``(pid_m, pid_n)`` of ``A (M x K) @ B (K x N)`` (plus ``acc`` if given).
 
     With ``a_rank``, ``A`` is read from that rank's heap at the address ``a`` has on
@@ -102,23 +88,11 @@ def tile_gemm(
 
 @triton.jit
 def traced_tile_gemm(
-    a,
-    b,
-    pid_m,
-    pid_n,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
+    a, b, pid_m, pid_n,
+    M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     heap_bases,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr,
-):
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+):  # fmt: skip
     """:func:`tile_gemm` recorded as a ``gemm tile`` compute scope when tracing is on.
 
     Example:
@@ -127,22 +101,9 @@ def traced_tile_gemm(
     """
     started = tracing.trace_begin(heap_bases)
     acc = tile_gemm(
-        a,
-        b,
-        pid_m,
-        pid_n,
-        M,
-        N,
-        K,
-        stride_am,
-        stride_ak,
-        stride_bk,
-        stride_bn,
-        BLOCK_M,
-        BLOCK_N,
-        BLOCK_K,
+        a, b, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K,
         EVEN_K,
-    )
+    )  # fmt: skip
     tracing.trace_end(heap_bases, started, SCOPE_GEMM, pid_m, pid_n)
     return acc
 
@@ -164,26 +125,11 @@ def tile_offsets(pid_m, pid_n, rows, cols, stride_m, stride_n, BLOCK_M: tl.const
 
 @triton.jit
 def compute_tile(
-    a,
-    b,
-    out_block,
-    pid_m,
-    pid_n,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
+    a, b, out_block, pid_m, pid_n,
+    M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     heap_bases,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr,
-):
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+):  # fmt: skip
     """Compute tile ``(pid_m, pid_n)`` (of ``BLOCK_M x BLOCK_N``) of ``A @ B`` into ``out_block`` (traced).
 
     Example:
@@ -199,26 +145,12 @@ def compute_tile(
 
 @triton.jit
 def matmul_kernel(
-    a,
-    b,
-    c,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
+    a, b, c,
+    M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     heap_bases,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    FLATTEN: tl.constexpr = False,
-):
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr, FLATTEN: tl.constexpr = False,
+):  # fmt: skip
     """Persistent ``C = A @ B``: program ``p`` of ``P`` computes tiles ``p, p + P, ...``.
 
     ``heap_bases`` only switches tracing on (compute scopes); ``c`` may be any tensor.
@@ -261,19 +193,12 @@ def tile_gemm_tma(
 
 @triton.jit
 def matmul_tma_kernel(
-    a_desc,
-    b_desc,
-    c_desc,
-    M,
-    N,
-    K,
+    a_desc, b_desc, c_desc,
+    M, N, K,
     heap_bases,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     FLATTEN: tl.constexpr = False,
-):
+):  # fmt: skip
     """Persistent ``C = A @ B`` through tensor descriptors (module docstring); tiles as in ``matmul_kernel``.
 
     ``c_desc``'s block shape is ``[BLOCK_M, BLOCK_N]``; stores past its edges are dropped.

@@ -29,30 +29,14 @@ from .gemm import SCOPE_GEMM, tile_coords, tile_gemm, tile_offsets
 
 @triton.jit
 def pull_gather_matmul_kernel(
-    a_shard,
-    b,
-    out,
-    bias,
-    M,
-    N,
+    a_shard, b, out, bias,
+    M, N,
     K_local,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
-    stride_bias,
-    cur_rank,
-    world_size,
-    heap_bases,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-):
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_bias,
+    cur_rank, world_size, heap_bases,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr, HAS_BIAS: tl.constexpr,
+):  # fmt: skip
     """One program per output tile: ``out = concat_K(A_0 .. A_{world-1}) @ b (+ bias[:, None])``.
 
     ``a_shard (M x K_local)`` is on the heap at the same offset on every rank; ``b``

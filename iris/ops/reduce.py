@@ -36,34 +36,13 @@ def _tile_of(g, cur_rank, world_size, tiles_m, tiles_n, GROUP_M: tl.constexpr, S
 
 @triton.jit
 def gemm_reduce_kernel(
-    a,
-    b,
-    partial,
-    out,
-    counters,
-    rows,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_pm,
-    stride_pn,
-    stride_cm,
-    stride_cn,
-    cur_rank,
-    world_size,
-    heap_bases,
+    a, b, partial, out, counters,
+    rows, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_pm, stride_pn, stride_cm, stride_cn,
+    cur_rank, world_size, heap_bases,
     GEMM_PROGRAMS,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    COMM_ROWS: tl.constexpr,
-    SCATTER: tl.constexpr,
-):
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr, COMM_ROWS: tl.constexpr, SCATTER: tl.constexpr,
+):  # fmt: skip
     """Programs ``[0, GEMM_PROGRAMS)`` compute partial tiles; the others reduce the tiles this rank owns.
 
     All-reduce (``SCATTER=False``): ``a`` is ``rows x K``, ``partial`` and ``out`` are
@@ -91,23 +70,9 @@ def gemm_reduce_kernel(
             else:
                 row0 = 0
             acc = traced_tile_gemm(
-                a + row0 * stride_am,
-                b,
-                pid_m,
-                pid_n,
-                rows,
-                N,
-                K,
-                stride_am,
-                stride_ak,
-                stride_bk,
-                stride_bn,
-                heap_bases,
-                BLOCK_M,
-                BLOCK_N,
-                BLOCK_K,
-                EVEN_K,
-            )
+                a + row0 * stride_am, b, pid_m, pid_n, rows, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                heap_bases, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K,
+            )  # fmt: skip
             rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
             rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             offsets = (row0 + rm)[:, None] * stride_pm + rn[None, :] * stride_pn

@@ -30,30 +30,12 @@ from .gemm import traced_tile_gemm
 
 @triton.jit
 def tile_reduce_scatter_kernel(
-    a,
-    b,
-    partial,
-    out,
-    locks,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_pm,
-    stride_pn,
-    stride_cm,
-    stride_cn,
+    a, b, partial, out, locks,
+    M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_pm, stride_pn, stride_cm, stride_cn,
     context,
-    cur_rank,
-    world_size,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr,
-):
+    cur_rank, world_size,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+):  # fmt: skip
     """Tile ``program_id`` (row-major) of ``A @ B`` into ``partial``, then its owner reduces it into ``out``.
 
     ``partial`` (``M x N``) and ``locks`` (one int32 per tile, zero on entry) are on the heap.

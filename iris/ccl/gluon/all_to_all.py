@@ -29,22 +29,12 @@ def tile_layout(block_n: int, element_size: int) -> tuple[int, int]:
 
 @gluon.jit(do_not_specialize=RANK_ARGS)
 def all_to_all_kernel(
-    out,
-    inp,
-    rows,
-    cols,
-    in_stride,
-    out_stride,
-    group,
-    my_index,
-    cur_rank,
-    GROUP: gl.constexpr,
-    BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    VEC: gl.constexpr,
-    LANES_N: gl.constexpr,
-    WARPS: gl.constexpr,
-):
+    out, inp,
+    rows, cols, in_stride, out_stride,
+    group, my_index, cur_rank,
+    GROUP: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, VEC: gl.constexpr,
+    LANES_N: gl.constexpr, WARPS: gl.constexpr,
+):  # fmt: skip
     """Send block ``j`` of this member's ``inp`` to member ``j``'s ``out``, into slot ``my_index``.
 
     Example:

@@ -101,6 +101,29 @@ def _take_in_body(rank, world_size):
         assert torch.equal(_read_peer(ctx, kept[0], peer)[:10].cpu(), torch.full((10,), float(peer)))
 
 
+def _taken_in_again_body(rank, world_size):
+    with iris.iris(1 << 22, allocator_type="vmem") as ctx:
+        peer, device = (rank + 1) % world_size, ctx.get_device()
+        outside = _shareable(4096, rank, device)
+        shared = ctx.as_symmetric(outside)
+        used = ctx.heap.addressable
+        again, part = ctx.as_symmetric(outside), ctx.as_symmetric(outside[1024:2048])
+        assert again.data_ptr() == shared.data_ptr() and part.data_ptr() == shared.data_ptr() + 4096
+        assert ctx.heap.addressable == used  # nothing mapped again
+        assert torch.equal(_read_peer(ctx, part, peer), _drawn(4096, peer, device)[1024:2048])
+        # Where the ranks disagree (rank 0 passes its tensor again, the others new ones), all map anew.
+        other = outside if rank == 0 else _shareable(4096, 50 + rank, device)
+        fresh = ctx.as_symmetric(other)
+        assert ctx.heap.addressable > used and fresh.data_ptr() != shared.data_ptr()
+        assert torch.equal(
+            _read_peer(ctx, fresh, peer), _drawn(4096, peer if peer == 0 else 50 + peer, device)
+        )
+
+
+def test_memory_taken_in_again_keeps_its_place_when_every_rank_has_it():
+    get_pool(2, **SHAREABLE).run(_taken_in_again_body)
+
+
 def _kept_alive_body(rank, world_size):
     ctx = iris.iris(1 << 22, allocator_type="vmem")
     outside = _shareable(1000, rank, ctx.get_device())

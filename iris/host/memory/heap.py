@@ -105,9 +105,10 @@ class SymmetricHeap:
         #: Bytes of address space past the mapped heap for memory taken in by :meth:`take_in`.
         self.window = backend.import_window(self.mapped_size)
         self._next_import = 0
-        # The tensors taken in: while the heap lives their memory must not go back to their
-        # allocator, which would hand it out again under the peers' reach.
-        self._taken_in: list[torch.Tensor] = []
+        # The tensors taken in, each with its bytes in the window: while the heap lives their
+        # memory must not go back to their allocator, which would hand it out again under the
+        # peers' reach; and taking the same memory in again reuses its place.
+        self._taken_in: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._closed = True  # until every peer is mapped: close() then gives back what was made
         try:
             self._allocation = backend.allocate(self.mapped_size, device, tag=f"{session}-rank{comm.rank}")
@@ -338,7 +339,8 @@ class SymmetricHeap:
         one offset past the heap, the same on every rank, where peers reach it by the usual
         translation. Upstream Iris's ``vmem`` allocator does this for ``as_symmetric``. The heap
         keeps ``tensor`` alive until it closes, so its allocator cannot hand the memory out again
-        while peers reach it.
+        while peers reach it. Memory taken in before (the same tensor, or a view inside it) is
+        not mapped again where every rank finds its tensor at one offset of the window.
 
         Raises:
             RuntimeError: a rank's memory cannot be taken in (the message names the rank and why).
@@ -353,13 +355,17 @@ class SymmetricHeap:
         problem = outside if isinstance(outside, str) else ""
         if problem and not self.window:  # no heap of this kind takes anything in: no need to ask the others
             raise RuntimeError(f"iris: as_symmetric: {problem}")
-        mine = (problem, 0, 1) if problem else (problem, outside.span, outside.alignment)
+        mapped = None if problem else self._mapped_before(tensor)
+        offset = -1 if mapped is None else mapped.data_ptr() - self.base
+        mine = (problem, 0, 1, offset) if problem else (problem, outside.span, outside.alignment, offset)
         gathered = comm.all_gather_object(mine)
-        bad = next(((rank, text) for rank, (text, _, _) in enumerate(gathered) if text), None)
+        bad = next(((rank, text) for rank, (text, _, _, _) in enumerate(gathered) if text), None)
         if bad is not None:
             raise RuntimeError(f"iris: as_symmetric on rank {bad[0]}: {bad[1]}")
-        spans = [span for _, span, _ in gathered]
-        alignment = max(align for _, _, align in gathered)
+        if offset >= 0 and all(theirs == offset for *_, theirs in gathered):
+            return mapped  # every rank's memory lies in the window already, at one offset
+        spans = [span for _, span, _, _ in gathered]
+        alignment = max(align for _, _, align, _ in gathered)
         start = -(-(self.mapped_size + self._next_import) // alignment) * alignment
         left = self.mapped_size + self.window - start
         if max(spans) > left:
@@ -370,8 +376,18 @@ class SymmetricHeap:
         # Taken before the mapping: a failure half way must not leave the range to be mapped twice.
         self._next_import = start + max(spans) - self.mapped_size
         taken = self._backend.take_in(comm, self._allocation, self._peer_token_of, outside, start, spans)
-        self._taken_in.append(tensor)
+        self._taken_in.append((tensor, taken))
         return taken
+
+    def _mapped_before(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """``tensor``'s bytes in the window, where an earlier :meth:`take_in` mapped memory holding them."""
+        first, nbytes = _start_address(tensor), _span_bytes(tensor)
+        for original, taken in self._taken_in:
+            start = _start_address(original)
+            inside = start <= first and first + nbytes <= start + taken.numel()
+            if inside and original.device == tensor.device:
+                return taken[first - start : first - start + nbytes]
+        return None
 
     def offset_of(self, tensor: torch.Tensor) -> int:
         """Byte offset of ``tensor``'s first element from the heap base."""

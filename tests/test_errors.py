@@ -43,6 +43,19 @@ def test_heap_size_mismatch_names_every_rank(multi_world):
     assert all("same on every rank" in m and "rank 1: 2097152" in m for m in messages)
 
 
+def _allocator_body(rank, world_size):
+    # The two heaps are shared differently (descriptors over sockets, or handles gathered):
+    # mixed, they would wait on each other; instead every rank fails at once, naming them.
+    with pytest.raises(ValueError) as info:
+        iris.iris(1 << 20, allocator_type="vmem" if rank == 0 else "torch")
+    return str(info.value)
+
+
+def test_allocator_type_mismatch_names_every_rank(multi_world):
+    messages = multi_world.run(_allocator_body)
+    assert all("allocator_type must be the same" in m and "rank 1: 'torch'" in m for m in messages)
+
+
 def _bad_tensor_args_body(rank, world_size):
     with iris.iris(1 << 20) as ctx:
         _raises(TypeError, "int128|is not supported")(ctx.zeros, 4, dtype=torch.quint8)

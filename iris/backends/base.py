@@ -136,6 +136,9 @@ class Backend(ABC):
     interpreted: bool = False
     #: torch.distributed backend for host-side coordination.
     dist_backend: str = "gloo"
+    #: Upstream's ``allocator_type`` this backend's heap answers to: ``"vmem"`` for the heaps
+    #: that ``as_symmetric`` can map outside memory into.
+    allocator: str = "torch"
 
     @abstractmethod
     def device_count(self) -> int:

@@ -185,6 +185,8 @@ def _allocations(start: int, nbytes: int) -> list[tuple[int, int]] | None:
 class CudaVmmBackend(CudaBackend):
     """The CUDA backend with a virtual-memory heap that ``as_symmetric`` can map outside memory into."""
 
+    allocator = "vmem"
+
     def allocation_granularity(self, device: torch.device) -> int:
         return _granularity(device)
 

@@ -110,6 +110,8 @@ class _Outside:
 class EmulatedVmmBackend(EmulatedBackend):
     """The emulation backend with an import window after every heap (``allocator_type="vmem"``)."""
 
+    allocator = "vmem"
+
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
         path = _heap_path(_shm_dir(), tag)
         fd = files.create_exclusive(path, nbytes)

@@ -72,7 +72,8 @@ class SymmetricHeap:
     ):
         # Gather before validating, so a bad value on one rank fails every rank
         # with the same message instead of leaving the others waiting.
-        sizes = comm.all_gather_object(heap_size)
+        asked = comm.all_gather_object((heap_size, backend.allocator))
+        sizes = [size for size, _ in asked]
         for rank, size in enumerate(sizes):
             if isinstance(size, bool) or not isinstance(size, int):
                 raise TypeError(
@@ -83,6 +84,9 @@ class SymmetricHeap:
         if len(set(sizes)) != 1:
             per_rank = ", ".join(f"rank {r}: {s}" for r, s in enumerate(sizes))
             raise ValueError(f"iris: heap_size must be the same on every rank ({per_rank})")
+        if len({kind for _, kind in asked}) != 1:  # the heaps are shared in different ways
+            per_rank = ", ".join(f"rank {r}: {kind!r}" for r, (_, kind) in enumerate(asked))
+            raise ValueError(f"iris: allocator_type must be the same on every rank ({per_rank})")
 
         self.size = heap_size
         #: Bytes past ``size`` kept for Iris's own state (:meth:`reserve`).

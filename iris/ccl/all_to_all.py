@@ -15,7 +15,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ..device import rma
 from ..host.prepared import PreparedLaunch, tensor_key
 from . import device as ccl
 from .device import RANK_ARGS
@@ -25,37 +24,24 @@ from .runtime import COPYABLE_DTYPES, check_out_and_inp, describe_tensor
 
 @triton.jit(do_not_specialize=RANK_ARGS)
 def all_to_all_kernel(
-    out,
-    inp,
-    rows,
-    cols,
-    in_stride,
-    out_stride,
-    group,
-    my_index,
-    cur_rank,
-    GROUP: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    # ``cols`` is one block's width; work unit u is tile u // GROUP of the block for
-    # member (my_index + u) % GROUP, so consecutive units go to different peers.
+    out, inp,
+    rows, cols, in_stride, out_stride,
+    group, my_index, cur_rank,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    # ``cols`` is one block's width; consecutive work units go to different members
+    # (ccl.exchange_unit, which the Gluon kernel shares).
     flags, ranks, world_size, max_programs, heap_bases = group
     pid = tl.program_id(0)
     ccl.handshake(flags, ccl.READY, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
     tiles_n = tl.cdiv(cols, BLOCK_N)
     units = tl.cdiv(rows, BLOCK_M) * tiles_n * GROUP
     for unit in range(pid, units, tl.num_programs(0)):
-        target = (my_index + unit % GROUP) % GROUP
-        tile = unit // GROUP
-        r = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
-        c = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        mask = (r < rows) & (c < cols)
-        row64 = r.to(tl.int64)
-        values = tl.load(inp + row64 * in_stride + (target * cols + c), mask=mask)
-        peer = tl.load(ranks + target)
-        rma.store(
-            out + row64 * out_stride + (my_index * cols + c), values, cur_rank, peer, heap_bases, mask=mask
+        target, row0, col0 = ccl.exchange_unit(unit, my_index, tiles_n, GROUP, BLOCK_M, BLOCK_N)
+        r = row0 + tl.arange(0, BLOCK_M)[:, None]
+        c = col0 + tl.arange(0, BLOCK_N)[None, :]
+        ccl.exchange_tile(
+            out, inp, r, c, rows, cols, in_stride, out_stride, target, my_index, cur_rank, ranks, heap_bases
         )
     ccl.handshake(flags, ccl.DONE, pid, max_programs, world_size, cur_rank, ranks, GROUP, heap_bases)
 
@@ -108,8 +94,8 @@ def all_to_all(runtime, out, inp, group=None, config=None) -> PreparedLaunch:
             from .gluon.all_to_all import all_to_all_kernel as gluon_kernel
             from .gluon.all_to_all import tile_layout
 
-            layout = (*tile_layout(block_n, inp.element_size()), config.num_warps)
-            return gluon_kernel, grid, (*args, *layout), config.num_warps
+            layout = tile_layout(block_n, inp.element_size(), config.num_warps)
+            return gluon_kernel, grid, (*args, layout), config.num_warps
         return all_to_all_kernel, grid, args, config.num_warps
 
     runtime.prepare(key, prepare)

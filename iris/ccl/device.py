@@ -91,6 +91,38 @@ def push_tile(dst, values, cur_rank, ranks, my_index, GROUP: tl.constexpr, heap_
 
 
 @triton.jit
+def exchange_unit(unit, my_index, tiles_n, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``(member, first row, first column)`` of all-to-all work unit ``unit``: tile ``unit // GROUP``
+    (of ``tiles_n`` a row) of the block for member ``(my_index + unit) % GROUP``, so consecutive
+    units go to different members. The Triton and Gluon all-to-all kernels share it.
+
+    Example:
+        >>> target, row0, col0 = ccl.exchange_unit(unit, my_index, tl.cdiv(cols, 64), GROUP, 64, 64)
+    """
+    tile = unit // GROUP
+    return (my_index + unit % GROUP) % GROUP, (tile // tiles_n) * BLOCK_M, (tile % tiles_n) * BLOCK_N
+
+
+@triton.jit
+def exchange_tile(
+    out, inp, r, c, rows, cols, in_stride, out_stride, target, my_index, cur_rank, ranks, heap_bases
+):
+    """Send elements ``(r, c)`` of block ``target`` of ``inp`` into block ``my_index`` of member
+    ``target``'s ``out``: both hold ``GROUP`` blocks of ``rows x cols`` side by side (row strides
+    ``in_stride``, ``out_stride``). ``r`` and ``c`` broadcast to a tile, with any layout.
+
+    Example:
+        >>> ccl.exchange_tile(out, inp, r, c, rows, cols, inp_stride, out_stride, target, my_index,
+        ...                   cur_rank, ranks, heap_bases)
+    """
+    mask = (r < rows) & (c < cols)
+    row64 = r.to(tl.int64)
+    values = tl.load(inp + row64 * in_stride + (target * cols + c), mask=mask)
+    peer = tl.load(ranks + target)
+    rma.store(out + row64 * out_stride + (my_index * cols + c), values, cur_rank, peer, heap_bases, mask=mask)
+
+
+@triton.jit
 def reduce_tile(
     src,
     cur_rank,

@@ -42,9 +42,8 @@ def all_gather(runtime, out, inp, group=None, config=None) -> PreparedLaunch:
     state = runtime.group(group)
     key = runtime.key("all_gather", state, config, tensor_key(out), tensor_key(inp))
 
-    def prepare():
+    def prepare(errors: list[str]):
         ctx = runtime.ctx
-        errors: list[str] = []
         protocol = runtime.protocol(errors, state, config, nbytes(inp), payload_bytes(nbytes(inp), out, inp))
         direct = protocol == "direct"
         if check_out_and_inp(errors, ctx, out, inp, COPYABLE_DTYPES, out_on_heap=direct, inp_on_heap=False):
@@ -63,5 +62,4 @@ def all_gather(runtime, out, inp, group=None, config=None) -> PreparedLaunch:
             return gluon_kernel, grid, (*args, config.num_warps), config.num_warps
         return all_gather_kernel, grid, args, config.num_warps
 
-    runtime.prepare(key, prepare)
-    return runtime.launch(key)
+    return runtime.prepare_and_launch(key, prepare)

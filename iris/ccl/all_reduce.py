@@ -293,9 +293,8 @@ def all_reduce_preamble(runtime, out, inp, op=None, group=None, config=None) -> 
     variant = pick_variant(config, nbytes(inp), state.size)
     key = runtime.key("all_reduce", state, config, variant, op, tensor_key(out), tensor_key(inp))
 
-    def prepare():
+    def prepare(errors: list[str]):
         ctx = runtime.ctx
-        errors: list[str] = []
         inp_on_heap, out_on_heap = ON_HEAP[variant]
         protocol = "direct"
         if variant == "one_shot":

@@ -58,9 +58,8 @@ def all_to_all(runtime, out, inp, group=None, config=None) -> PreparedLaunch:
     state = runtime.group(group)
     key = runtime.key("all_to_all", state, config, tensor_key(out), tensor_key(inp))
 
-    def prepare():
+    def prepare(errors: list[str]):
         ctx = runtime.ctx
-        errors: list[str] = []
         rows, cols = _blocks(inp, state.size)
         size = inp.element_size() if isinstance(inp, torch.Tensor) else 0
         payload = payload_bytes(rows * cols * size, out, inp, row_bytes=cols * size)
@@ -98,5 +97,4 @@ def all_to_all(runtime, out, inp, group=None, config=None) -> PreparedLaunch:
             return gluon_kernel, grid, (*args, layout), config.num_warps
         return all_to_all_kernel, grid, args, config.num_warps
 
-    runtime.prepare(key, prepare)
-    return runtime.launch(key)
+    return runtime.prepare_and_launch(key, prepare)

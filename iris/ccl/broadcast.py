@@ -52,9 +52,8 @@ def broadcast(runtime, tensor, src: int = 0, group=None, config=None) -> Prepare
     state = runtime.group(group)
     key = runtime.key("broadcast", state, config, src, tensor_key(tensor))
 
-    def prepare():
+    def prepare(errors: list[str]):
         ctx = runtime.ctx
-        errors: list[str] = []
         protocol = runtime.protocol(errors, state, config, nbytes(tensor))
         staged = protocol == "staged"
         check_tensor(errors, ctx, tensor, "tensor", COPYABLE_DTYPES, on_heap=not staged)
@@ -73,5 +72,4 @@ def broadcast(runtime, tensor, src: int = 0, group=None, config=None) -> Prepare
         args = (tensor, tensor.numel(), src, src_index, *runtime.group_args(state), block)
         return broadcast_kernel, grid, args, config.num_warps
 
-    runtime.prepare(key, prepare)
-    return runtime.launch(key)
+    return runtime.prepare_and_launch(key, prepare)

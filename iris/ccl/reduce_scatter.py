@@ -38,9 +38,8 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> Prepa
     state = runtime.group(group)
     key = runtime.key("reduce_scatter", state, config, op, tensor_key(out), tensor_key(inp))
 
-    def prepare():
+    def prepare(errors: list[str]):
         ctx = runtime.ctx
-        errors: list[str] = []
         protocol = runtime.protocol(
             errors,
             state,
@@ -71,5 +70,4 @@ def reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> Prepa
         args = (out, my_block, n, *runtime.group_args(state), block, op.value)
         return one_shot_kernel, grid, args, config.num_warps
 
-    runtime.prepare(key, prepare)
-    return runtime.launch(key)
+    return runtime.prepare_and_launch(key, prepare)

@@ -287,18 +287,30 @@ class Runtime:
         cap = min(config.comm_sms or self.max_programs, self.max_programs)
         return max(1, min(tiles, cap))
 
-    def prepare(self, key: tuple, prepare: Callable[[], tuple]) -> None:
+    def prepare(self, key: tuple, prepare: Callable[[list[str]], tuple]) -> None:
         """Make the launch for ``key`` ready; ``prepare`` runs only the first time.
 
-        ``prepare`` checks the arguments on every member (raising the same error on
-        all of them) and returns ``(kernel, grid, args, num_warps)``.
+        ``prepare(errors)`` checks the arguments, appending each problem to ``errors``, which
+        :meth:`agree` raises on every member alike, and returns ``(kernel, grid, args, num_warps)``.
+
+        Example:
+            >>> runtime.prepare(key, lambda errors: (kernel, (programs,), args, 8))
         """
 
         def build() -> PreparedLaunch:
-            kernel, grid, args, num_warps = prepare()
+            kernel, grid, args, num_warps = prepare([])
             return PreparedLaunch(kernel, grid, args, {"num_warps": num_warps})
 
         self._launches.get_or_build(key, build)
+
+    def prepare_and_launch(self, key: tuple, prepare: Callable[[list[str]], tuple]) -> PreparedLaunch:
+        """:meth:`prepare` then :meth:`launch`: what a collective's host entry ends with.
+
+        Example:
+            >>> return runtime.prepare_and_launch(key, prepare)
+        """
+        self.prepare(key, prepare)
+        return self.launch(key)
 
     def launch(self, key: tuple) -> PreparedLaunch:
         """Launch the prepared collective ``key`` on the current stream; returns that launch."""

@@ -85,9 +85,8 @@ def tile_reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> 
     state = runtime.group(group)
     key = runtime.key("tile_reduce_scatter", state, config, op, tensor_key(out), tensor_key(inp))
 
-    def prepare():
+    def prepare(errors: list[str]):
         ctx = runtime.ctx
-        errors: list[str] = []
         if config.protocol not in ("auto", "direct"):
             errors.append(
                 "the full-shape (tile) reduce_scatter runs with protocol 'direct' only, "
@@ -118,5 +117,4 @@ def tile_reduce_scatter(runtime, out, inp, op=None, group=None, config=None) -> 
         )
         return tile_reduce_scatter_kernel, grid, args, config.num_warps
 
-    runtime.prepare(key, prepare)
-    return runtime.launch(key)
+    return runtime.prepare_and_launch(key, prepare)

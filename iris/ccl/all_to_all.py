@@ -93,8 +93,8 @@ def all_to_all(runtime, out, inp, group=None, config=None) -> PreparedLaunch:
             from .gluon.all_to_all import all_to_all_kernel as gluon_kernel
             from .gluon.all_to_all import tile_layout
 
-            layout = tile_layout(block_n, inp.element_size(), config.num_warps)
-            return gluon_kernel, grid, (*args, layout), config.num_warps
+            layout = (*tile_layout(block_n, inp.element_size()), config.num_warps)
+            return gluon_kernel, grid, (*args, *layout), config.num_warps
         return all_to_all_kernel, grid, args, config.num_warps
 
     return runtime.prepare_and_launch(key, prepare)

@@ -33,12 +33,13 @@ def kernels():
     shape = {"rows": "i32", "cols": "i32", "in_stride": "i32", "out_stride": "i32"}
     for size, block, (block_m, block_n) in (("", 4096, (64, 64)), ("_small", 64, (8, 16))):
         yield f"all_gather{size}", all_gather.all_gather_kernel, {**tensors, "n": "i32"}, {"BLOCK": block}
-        blocks = {"BLOCK_M": block_m, "BLOCK_N": block_n, "LAYOUT": all_to_all.tile_layout(block_n, 4, WARPS)}
+        vec, lanes_n = all_to_all.tile_layout(block_n, 4)
+        blocks = {"BLOCK_M": block_m, "BLOCK_N": block_n, "VEC": vec, "LANES_N": lanes_n}
         yield f"all_to_all{size}", all_to_all.all_to_all_kernel, {**tensors, **shape}, blocks
 
 
 def compile_ptx(kernel, signature: dict, constexprs: dict, heap_bases: str) -> str:
-    constexprs = {**constexprs, "GROUP": 4, **({"WARPS": WARPS} if "WARPS" in kernel.arg_names else {})}
+    constexprs = {**constexprs, "GROUP": 4, "WARPS": WARPS}
     group = {**GROUP_ARGS, "group": (*GROUP_ARGS["group"][:-1], heap_bases)}
     full = {**signature, **group, **{key: "constexpr" for key in constexprs}}
     full = {name: full[name] for name in kernel.arg_names}

@@ -101,7 +101,7 @@ RUNTIME = PACKAGE.parent / "iris"
 #: The runtime's layers, lowest first: a module imports (at its top) only modules of its own
 #: layer or below. Modules named nowhere are the top (the host API object, the launcher, ...).
 LAYERS = [
-    ("iris._env", "iris.errors"),
+    ("iris._env", "iris._pci", "iris.errors"),
     ("iris.backends",),
     ("iris.config", "iris.host.log"),
     ("iris.device",),

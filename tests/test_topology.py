@@ -7,7 +7,8 @@ import torch.distributed as dist
 from conftest import MULTI_RANK_SIZES, get_pool
 
 import iris
-from iris.backends._cuda_topology import normalize_pci, parse_topo_matrix
+from iris._pci import normalize_pci
+from iris.backends._cuda_topology import parse_topo_matrix
 from iris.host.distributed.topology import (
     FabricInfo,
     GPUInfo,

@@ -15,6 +15,8 @@ import subprocess
 
 import torch
 
+from .._pci import normalize_pci
+
 _log = logging.getLogger("iris")
 
 #: ``nvidia-smi topo -m``'s cell labels, as ``iris.host.distributed.topology.IntraNodeLinkType`` names.
@@ -39,23 +41,6 @@ def pci_address(props) -> str:
         return f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
     except AttributeError:
         return ""
-
-
-def normalize_pci(address: str) -> str:
-    """A PCI address in sysfs form whatever its source (nvidia-smi writes ``00000000:18:00.0``).
-
-    The first address in ``address`` counts (``"GPU 0000:41:00.0"`` gives ``"0000:41:00.0"``);
-    text that holds none comes back stripped and in lower case.
-
-    Example:
-        >>> normalize_pci("00000000:1B:00.0")
-        '0000:1b:00.0'
-    """
-    match = re.search(r"\b([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\b", address)
-    if not match:
-        return address.strip().lower()
-    domain, bus, device, function = match.groups()
-    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
 
 
 def numa_node(pci: str) -> int:

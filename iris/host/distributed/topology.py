@@ -33,7 +33,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ...backends._cuda_topology import normalize_pci  # plain text handling, the same for any vendor
+from ..._pci import normalize_pci
 
 
 class InterconnectLevel(IntEnum):

@@ -103,8 +103,7 @@ class SymmetricHeap:
         self.rank = comm.rank
         self._backend = backend
         session = comm.broadcast_object(uuid.uuid4().hex[:12] if comm.rank == 0 else None, src=0)
-        self._peer_tokens = []
-        self._peer_token_of: dict[int, object] = {}
+        self._peer_token_of: dict[int, object] = {}  # peer rank -> its mapping (map_peer's token)
         self._allocation = None
         #: Bytes of address space past the mapped heap for memory taken in by :meth:`take_in`.
         self.window = backend.import_window(self.mapped_size)
@@ -124,7 +123,6 @@ class SymmetricHeap:
                     continue
                 address, token = backend.map_peer(handle, self.mapped_size, device)
                 bases.append(address)
-                self._peer_tokens.append(token)
                 self._peer_token_of[peer] = token
             comm.barrier()
             backend.after_all_mapped(self._allocation)
@@ -413,8 +411,7 @@ class SymmetricHeap:
 
     def _release(self) -> None:
         self._taken_in = []
-        tokens, self._peer_tokens = self._peer_tokens, []
-        self._peer_token_of = {}
+        tokens, self._peer_token_of = self._peer_token_of.values(), {}
         for token in tokens:
             self._backend.unmap_peer(token)
         allocation, self._allocation = self._allocation, None

@@ -257,6 +257,17 @@ class Backend(ABC):
         """
         return mmap.PAGESIZE
 
+    def padded_size(self, nbytes: int, device: torch.device) -> int:
+        """``nbytes`` rounded up to :meth:`allocation_granularity`: the physical memory behind a
+        heap of ``nbytes``.
+
+        Example:
+            >>> backend.padded_size(1, torch.device("cuda", 0))   # CUDA: one 2 MiB page
+            2097152
+        """
+        unit = self.allocation_granularity(device)
+        return -(-nbytes // unit) * unit
+
     @abstractmethod
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
         """Allocate ``nbytes`` of shareable memory on ``device``."""

@@ -209,7 +209,7 @@ class CudaBackend(Backend):
         return f"gpu:{torch.cuda.get_device_properties(device).uuid}"
 
     def heap_problem(self, nbytes: int, device: torch.device) -> str:
-        padded = -(-nbytes // _PAGE) * _PAGE
+        padded = self.padded_size(nbytes, device)
         local = _env.local_world_size()
         sharing = -(-local // visible_gpu_count()) if self.shares_devices(local) else 1
         free, total = torch.cuda.mem_get_info(device)
@@ -232,7 +232,7 @@ class CudaBackend(Backend):
         runtime = _runtime()
         # Whole 2 MiB pages: the allocation is never sub-allocated, so its IPC handle
         # maps from the heap's first byte and every base is page aligned.
-        padded = -(-nbytes // _PAGE) * _PAGE
+        padded = self.padded_size(nbytes, device)
         address = int(_check(runtime.cudaMalloc(padded), f"cudaMalloc({padded} bytes)"))
         handle = _check(runtime.cudaIpcGetMemHandle(address), "cudaIpcGetMemHandle")
         tensor = torch.as_tensor(_DeviceBuffer(address, nbytes, owned=True), device=device)

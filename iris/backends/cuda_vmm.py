@@ -25,6 +25,7 @@ line that says so.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import weakref
@@ -65,6 +66,7 @@ def _properties(device: torch.device):
     return properties
 
 
+@functools.cache  # a driver call, and the same answer for a device every time
 def _granularity(device: torch.device) -> int:
     driver = _driver()
     recommended = driver.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
@@ -191,9 +193,8 @@ class CudaVmmBackend(CudaBackend):
         return _granularity(device)
 
     def allocate(self, nbytes: int, device: torch.device, tag: str) -> Allocation:
-        page = _granularity(device)
-        padded = -(-nbytes // page) * page
-        reservation = _Reservation(2 * padded, page)
+        padded = self.padded_size(nbytes, device)
+        reservation = _Reservation(2 * padded, _granularity(device))
         driver = _driver()
         try:
             handle = _ok(driver.cuMemCreate(padded, _properties(device), 0), f"cuMemCreate({padded} bytes)")
@@ -212,15 +213,14 @@ class CudaVmmBackend(CudaBackend):
 
     def map_peer(self, handle, nbytes: int, device: torch.device):
         driver = _driver()
-        page = _granularity(device)
-        padded = -(-nbytes // page) * page
+        padded = self.padded_size(nbytes, device)
         try:
             physical = _ok(
                 driver.cuMemImportFromShareableHandle(handle, _fd_type()), "importing a peer's heap"
             )
         finally:
             os.close(handle)
-        reservation = _Reservation(2 * padded, page)
+        reservation = _Reservation(2 * padded, _granularity(device))
         try:
             reservation.map(0, padded, physical, device)
         except BaseException:
@@ -238,8 +238,7 @@ class CudaVmmBackend(CudaBackend):
         # The memory goes with the last tensor of it (its buffer holds the reservation).
 
     def import_window(self, nbytes: int) -> int:
-        page = _granularity(torch.device("cuda", torch.cuda.current_device()))
-        return -(-nbytes // page) * page
+        return self.padded_size(nbytes, torch.device("cuda", torch.cuda.current_device()))
 
     def outside_memory(self, tensor: torch.Tensor):
         if not isinstance(tensor, torch.Tensor) or not tensor.is_cuda:

@@ -168,8 +168,7 @@ class SymmetricHeap:
             >>> ctx.heap.allocator.aligned_heap_size % iris.hip.get_allocation_granularity() == 0
             True
         """
-        granularity = self._backend.allocation_granularity(self.device)
-        return -(-self.mapped_size // granularity) * granularity
+        return self._backend.padded_size(self.mapped_size, self.device)
 
     @property
     def allocator(self) -> SymmetricHeap:

@@ -146,7 +146,7 @@ def _close_all(received: dict[int, list[int]]) -> None:
 
 
 def exchange_fds(
-    comm, fds: Sequence[int], peers: Sequence[int], timeout: float = 60.0
+    comm, fds: Sequence[int], peers: Sequence[int] | None = None, timeout: float = 60.0
 ) -> dict[int, list[int]]:
     """Send ``fds`` to each rank in ``peers`` and receive each one's: ``{rank: fds}``, new in this process.
 
@@ -156,7 +156,8 @@ def exchange_fds(
     Args:
         comm: the :class:`~iris.host.distributed.helpers.Communicator` of the ranks.
         fds (Sequence[int]): the descriptors to send, at least one (they stay open here).
-        peers (Sequence[int]): ranks on this host to exchange with; each must list this rank too.
+        peers (Sequence[int], optional): ranks on this host to exchange with, each listing this
+            rank too; every other rank of ``comm`` when not given.
         timeout (float): seconds to wait for the peers' descriptors.
 
     Returns:
@@ -167,13 +168,13 @@ def exchange_fds(
             the ranks), or a peer's socket is held by another process.
 
     Example:
-        >>> fds = exchange_fds(comm, [exported_fd], peers=[r for r in local_ranks if r != comm.rank])
+        >>> fds = exchange_fds(comm, [exported_fd])   # with every other rank
         >>> handle = import_handle(fds[peer][0]); os.close(fds[peer][0])
     """
     fds = list(fds)
     if not fds:
         raise ValueError("iris: exchange_fds needs at least one descriptor to send")
-    peers = sorted(set(peers) - {comm.rank})
+    peers = sorted(set(range(comm.world_size) if peers is None else peers) - {comm.rank})
     listener, name = _listener(backlog=len(peers) + 1)
     try:
         published = comm.all_gather_object((name, os.getpid()))

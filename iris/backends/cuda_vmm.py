@@ -207,8 +207,7 @@ class CudaVmmBackend(CudaBackend):
         return Allocation(tensor=tensor, handle=fd, owner=reservation)
 
     def share_handles(self, comm, allocation: Allocation) -> list:
-        peers = [rank for rank in range(comm.world_size) if rank != comm.rank]
-        received = exchange_fds(comm, [allocation.handle], peers) if peers else {}
+        received = exchange_fds(comm, [allocation.handle])
         return [None if rank == comm.rank else received[rank][0] for rank in range(comm.world_size)]
 
     def map_peer(self, handle, nbytes: int, device: torch.device):
@@ -277,12 +276,11 @@ class CudaVmmBackend(CudaBackend):
                     int(_ok(driver.cuMemExportToShareableHandle(handle, _fd_type(), 0), "export"))
                 )
             layouts = comm.all_gather_object(outside.pieces)
-            others = [rank for rank in range(comm.world_size) if rank != comm.rank]
-            received = exchange_fds(comm, exported, others) if others else {}
+            received = exchange_fds(comm, exported)
             for at, size in outside.pieces:
                 reservation.map(offset + at, size, handles.pop(0), device)
-            for rank in others:
-                for fd, (at, size) in zip(received[rank], layouts[rank]):
+            for rank, fds in received.items():
+                for fd, (at, size) in zip(fds, layouts[rank]):
                     physical = _ok(driver.cuMemImportFromShareableHandle(fd, _fd_type()), "importing")
                     peers[rank].map(offset + at, size, physical, device)
         finally:

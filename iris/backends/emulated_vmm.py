@@ -168,13 +168,12 @@ class EmulatedVmmBackend(EmulatedBackend):
 
     def take_in(self, comm, allocation, peers, outside, offset, spans):
         reservation: _Reservation = allocation.owner[0]
-        others = [rank for rank in range(comm.world_size) if rank != comm.rank]
         received = {}
         try:
-            received = exchange_fds(comm, [outside.fd], others) if others else {}
+            received = exchange_fds(comm, [outside.fd])
             reservation.map(offset, outside.span, outside.fd)
-            for rank in others:
-                peers[rank].map(offset, spans[rank], received[rank][0])
+            for rank, fds in received.items():
+                peers[rank].map(offset, spans[rank], fds[0])
         finally:
             for fds in received.values():
                 os.close(fds[0])
